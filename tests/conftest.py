@@ -1,0 +1,23 @@
+"""Shared test setup: small thread counts on the 2-core machine, and `requires` for optional stacks."""
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def requires(module: str, why: str = "") -> None:
+    """Skip the calling test when `module` is missing locally; in CI a missing stack is a failure."""
+    if importlib.util.find_spec(module) is not None:
+        return
+    message = f"{module} is not installed{': ' + why if why else ''} (.ci/run installs it)"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
