@@ -1,0 +1,375 @@
+"""GRPOHubConfig: `trl.GRPOConfig` plus the grpo_hub features, each off by default.
+
+With every new field at its default the config is exactly a `trl.GRPOConfig`. Fields are grouped by feature;
+each group has a `_validate_<feature>()` method called from `__post_init__`, and every invalid value raises a
+ValueError that names the field and the fix.
+"""
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from grpo_hub._compat import check_trl_version
+
+check_trl_version()
+
+TRL_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+LOSS_TYPES = (*TRL_LOSS_TYPES, "gspo")
+IS_LEVELS = ("token", "sequence", "turn")
+ADV_NORMS = ("mean_std", "mean_only", "none")
+REWARD_NORMS = ("batch", "running")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+# Clipped-surrogate losses that the own loss path computes (the loss_type then only picks the surrogate).
+OWN_PATH_LOSS_TYPES = ("grpo", "dapo", "cispo")
+ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
+VLLM_IS_POOLINGS = ("sum", "mean")
+
+TRL_EPSILON = 0.2
+GSPO_EPSILON, GSPO_EPSILON_HIGH = 3e-4, 4e-4  # GSPO paper, section 5.1
+CISPO_EPSILON_HIGH = 5.0  # ScaleRL paper's recommended CISPO cap
+
+
+def _fail(field_name: str, problem: str, fix: str) -> None:
+    raise ValueError(f"`{field_name}`: {problem} Fix: {fix}")
+
+
+@dataclass
+class GRPOHubConfig(GRPOConfig):
+    """`trl.GRPOConfig` with grpo_hub's extra GRPO-family options (see the README for each field)."""
+
+    # --- Parent fields whose defaults are resolved in __post_init__ (None = "not set by the user") ---
+    loss_type: str = field(
+        default="dapo",
+        metadata={
+            "help": "TRL's loss types ('grpo', 'dr_grpo', 'dapo' (default), 'bnpo', 'cispo', 'sapo', 'luspo', "
+            "'vespo') plus the preset 'gspo' = 'grpo' with importance_sampling_level='sequence' and, unless "
+            "epsilon/epsilon_high are set, the GSPO paper's clip ranges epsilon=3e-4, epsilon_high=4e-4. "
+            "'cispo' without epsilon_high sets the recommended cap epsilon_high=5.0."
+        },
+    )
+    epsilon: float | None = field(
+        default=None,
+        metadata={"help": "Lower clip epsilon. None: TRL's 0.2, or 3e-4 with loss_type='gspo'."},
+    )
+    importance_sampling_level: str | None = field(
+        default=None,
+        metadata={
+            "help": "'token', 'sequence' (GSPO), or 'turn': the log-ratio is averaged over each assistant turn "
+            "of a multi-turn tool-calling rollout (turns are split by the tool-output tokens). None: 'token', "
+            "or 'sequence' with loss_type='gspo'."
+        },
+    )
+
+    # --- Surrogate and loss aggregation ---
+    dual_clip_c: float | None = field(
+        default=None,
+        metadata={
+            "help": "Dual-clip constant c (Ye et al. 2020): for negative advantages the per-token loss is capped at "
+            "c*|A|. Must be > 1 + epsilon_high; mapped onto TRL's `delta`, which equals dual-clip in that range. "
+            "None: off."
+        },
+    )
+    loss_agg_mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "Loss aggregation (ROLL/verl): 'token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean', "
+            "'seq-mean-token-sum-norm' (token sum / max_completion_length, mean over sequences). Replaces the "
+            "normaliser of loss_type 'grpo'/'gspo'/'dapo'/'cispo'. None: the loss_type's own normaliser."
+        },
+    )
+
+    # --- Rewards (applied to each reward function's output before advantages) ---
+    reward_clip: float | None = field(
+        default=None, metadata={"help": "Clip every reward to [-reward_clip, reward_clip]. None: off."}
+    )
+    reward_norm: str | None = field(
+        default=None,
+        metadata={
+            "help": "Normalise rewards by 'batch' statistics or 'running' statistics over training. None: off."
+        },
+    )
+    reward_shift: bool = field(
+        default=False, metadata={"help": "With reward_norm: only subtract the mean (no division by the std)."}
+    )
+    reward_scale: bool = field(
+        default=False, metadata={"help": "With reward_norm: only divide by the std (no mean subtraction)."}
+    )
+    token_level_kl_coef: float = field(
+        default=0.0,
+        metadata={
+            "help": "KL in the reward (verl's use_kl_in_reward, GRPO form): each completion's reward becomes "
+            "r - coef * sum_t (log pi_old(y_t) - log pi_ref(y_t)) over its loss tokens, before the group "
+            "advantage. Independent of `beta` (KL in the loss). 0.0: off."
+        },
+    )
+
+    # --- Advantages ---
+    adv_norm: str | None = field(
+        default=None,
+        metadata={
+            "help": "Group advantage: 'mean_std' (r - mean) / std, std over scale_rewards' scope ('group' or "
+            "'batch'); 'mean_only' (r - mean, sets scale_rewards='none'); 'none' (raw reward, no baseline). "
+            "None: TRL's scale_rewards decides."
+        },
+    )
+    whiten_advantages: bool = field(
+        default=False,
+        metadata={
+            "help": "Whiten the advantages over the whole generation batch (all ranks): (A - mean) / std."
+        },
+    )
+    adv_clip_range: float | None = field(
+        default=None, metadata={"help": "Clip advantages to [-adv_clip_range, adv_clip_range]. None: off."}
+    )
+
+    # --- Zero-signal filtering ---
+    filter_zero_signal: bool = field(
+        default=False,
+        metadata={
+            "help": "Drop the rows of groups whose rewards do not vary (max - min <= zero_signal_eps) before the "
+            "training forward/backward, so they cost no compute. Ranks agree on a common row count and pad with "
+            "masked, zero-advantage rows."
+        },
+    )
+    zero_signal_eps: float = field(
+        default=0.0, metadata={"help": "A group is zero-signal when its reward spread max - min is <= this."}
+    )
+    zero_signal_normalizer: str = field(
+        default="kept",
+        metadata={
+            "help": "Loss normaliser under filtering. 'kept' (DAPO): tokens/rows that are trained, so the loss is a "
+            "mean over the kept rows. 'all': the normaliser of the unfiltered batch, which keeps TRL's gradient "
+            "exactly (dropped rows would have contributed zero)."
+        },
+    )
+
+    # --- vLLM importance-sampling correction ---
+    vllm_is_pooling: str | None = field(
+        default=None,
+        metadata={
+            "help": "For the sequence_* vllm_importance_sampling_mode: 'sum' (TRL: product of token ratios) or "
+            "'mean' (geometric mean of token ratios, length-independent). Bounds: vllm_importance_sampling_clip_min"
+            "/_max. None: TRL's behaviour."
+        },
+    )
+
+    def __post_init__(self):
+        self._validate_loss_type()
+        self._validate_filtering()
+        self._apply_presets()
+        super().__post_init__()
+        self._validate_clip()
+        self._validate_loss_agg()
+        self._validate_rewards()
+        self._validate_advantages()
+        self._validate_vllm_is()
+
+    # --- validation and presets, one method per feature ---
+    def _validate_loss_type(self) -> None:
+        if self.loss_type not in LOSS_TYPES:
+            _fail("loss_type", f"{self.loss_type!r} is not supported.", f"use one of {LOSS_TYPES}.")
+        if self.importance_sampling_level is not None and self.importance_sampling_level not in IS_LEVELS:
+            _fail(
+                "importance_sampling_level",
+                f"{self.importance_sampling_level!r} is not supported.",
+                f"use one of {IS_LEVELS}.",
+            )
+        if self.loss_type == "gspo" and self.importance_sampling_level not in (None, "sequence"):
+            _fail(
+                "importance_sampling_level",
+                f"loss_type='gspo' is sequence-level but importance_sampling_level={self.importance_sampling_level!r}.",
+                "leave importance_sampling_level unset, or use loss_type='grpo' for a token/turn-level ratio.",
+            )
+        if self.importance_sampling_level == "turn" and self.loss_type not in (*OWN_PATH_LOSS_TYPES, "gspo"):
+            _fail(
+                "importance_sampling_level",
+                f"'turn' is implemented for loss_type in {OWN_PATH_LOSS_TYPES}, not {self.loss_type!r}.",
+                "use loss_type='grpo', 'dapo' or 'cispo', or importance_sampling_level='token'/'sequence'.",
+            )
+
+    def _validate_filtering(self) -> None:
+        if self.zero_signal_eps < 0:
+            _fail(
+                "zero_signal_eps", f"must be >= 0, got {self.zero_signal_eps}.", "use 0.0 or a small spread."
+            )
+        if self.zero_signal_normalizer not in ZERO_SIGNAL_NORMALIZERS:
+            _fail(
+                "zero_signal_normalizer",
+                f"{self.zero_signal_normalizer!r} is not supported.",
+                f"use one of {ZERO_SIGNAL_NORMALIZERS}.",
+            )
+        if self.filter_zero_signal and self.num_generations is not None and self.num_generations < 2:
+            _fail(
+                "filter_zero_signal",
+                f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
+                "set num_generations >= 2 or filter_zero_signal=False.",
+            )
+
+    def _apply_presets(self) -> None:
+        """Resolve the gspo/cispo presets and the None defaults onto TRL's own fields."""
+        if self.loss_type == "gspo":
+            self.loss_type = "grpo"
+            self.importance_sampling_level = "sequence"
+            if self.epsilon is None and self.epsilon_high is None:
+                self.epsilon, self.epsilon_high = GSPO_EPSILON, GSPO_EPSILON_HIGH
+        if self.epsilon is None:
+            self.epsilon = TRL_EPSILON
+        if self.importance_sampling_level is None:
+            self.importance_sampling_level = "token"
+        if self.loss_type == "cispo" and self.epsilon_high is None:
+            self.epsilon_high = CISPO_EPSILON_HIGH
+
+    def _validate_clip(self) -> None:
+        if self.epsilon < 0:
+            _fail("epsilon", f"must be >= 0, got {self.epsilon}.", "use a small positive value such as 0.2.")
+        if self.epsilon_high is not None and self.epsilon_high < 0:
+            _fail(
+                "epsilon_high", f"must be >= 0, got {self.epsilon_high}.", "use e.g. 0.28 (or 5.0 for cispo)."
+            )
+        if self.loss_type != "cispo" and self.epsilon >= 1:
+            _fail(
+                "epsilon",
+                f"the lower clip bound 1 - epsilon = {1 - self.epsilon} is not positive, so the clip range is inverted.",
+                "use epsilon < 1.",
+            )
+        if self.loss_type == "cispo" and self.epsilon_high <= 1:
+            _fail(
+                "epsilon_high",
+                f"with loss_type='cispo' it is the absolute ratio cap, and {self.epsilon_high} <= 1 down-weights "
+                "every on-policy token.",
+                "use epsilon_high > 1 (recommended 5.0) or leave it unset.",
+            )
+        if self.dual_clip_c is None:
+            return
+        if self.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
+            _fail(
+                "dual_clip_c",
+                f"applies to clipped surrogates, not loss_type={self.loss_type!r}.",
+                "unset it.",
+            )
+        upper = 1 + (self.epsilon_high if self.epsilon_high is not None else self.epsilon)
+        if self.dual_clip_c <= upper:
+            _fail(
+                "dual_clip_c",
+                f"must be > 1 + epsilon_high = {upper}, got {self.dual_clip_c}.",
+                "use e.g. dual_clip_c=3.0.",
+            )
+        if self.delta is not None and self.delta != self.dual_clip_c:
+            _fail(
+                "dual_clip_c",
+                f"and TRL's delta={self.delta} set the same cap differently.",
+                "set only one of dual_clip_c and delta.",
+            )
+        self.delta = self.dual_clip_c
+
+    @property
+    def uses_own_loss(self) -> bool:
+        """Whether GRPOHubTrainer computes the loss itself instead of TRL's `_compute_loss`."""
+        return self.loss_agg_mode is not None or self.importance_sampling_level == "turn"
+
+    def _validate_loss_agg(self) -> None:
+        if self.loss_agg_mode is not None and self.loss_agg_mode not in LOSS_AGG_MODES:
+            _fail(
+                "loss_agg_mode", f"{self.loss_agg_mode!r} is not supported.", f"use one of {LOSS_AGG_MODES}."
+            )
+        if self.loss_agg_mode is not None and self.loss_type not in OWN_PATH_LOSS_TYPES:
+            _fail(
+                "loss_agg_mode",
+                f"loss_type={self.loss_type!r} fixes its own normaliser.",
+                "use loss_type='grpo' (or 'gspo', 'dapo', 'cispo') with loss_agg_mode, or unset loss_agg_mode.",
+            )
+        if not self.uses_own_loss:
+            return
+        unsupported = {
+            "off_policy_mask_threshold": self.off_policy_mask_threshold is not None,
+            "top_entropy_quantile": self.top_entropy_quantile < 1.0,
+            "entropy_coef": self.entropy_coef != 0.0 or self.use_adaptive_entropy,
+        }
+        for name, is_set in unsupported.items():
+            if is_set:
+                _fail(
+                    name,
+                    "is not supported together with loss_agg_mode or importance_sampling_level='turn'.",
+                    f"reset {name} to its default, or unset loss_agg_mode / use a token or sequence level.",
+                )
+
+    def _validate_rewards(self) -> None:
+        if self.reward_clip is not None and self.reward_clip <= 0:
+            _fail("reward_clip", f"must be > 0, got {self.reward_clip}.", "use a positive bound or None.")
+        if self.reward_norm is not None and self.reward_norm not in REWARD_NORMS:
+            _fail(
+                "reward_norm",
+                f"{self.reward_norm!r} is not supported.",
+                f"use one of {REWARD_NORMS} or None.",
+            )
+        for name in ("reward_shift", "reward_scale"):
+            if getattr(self, name) and self.reward_norm is None:
+                _fail(
+                    name, "only modifies reward_norm, which is None.", "set reward_norm='batch' or 'running'."
+                )
+        if self.reward_shift and self.reward_scale:
+            _fail("reward_shift", "and reward_scale together leave nothing to normalise.", "set only one.")
+        if self.token_level_kl_coef < 0:
+            _fail(
+                "token_level_kl_coef",
+                f"must be >= 0, got {self.token_level_kl_coef}.",
+                "use 0.0 or e.g. 0.001.",
+            )
+
+    @property
+    def recomputes_advantages(self) -> bool:
+        """Whether GRPOHubTrainer recomputes the advantages instead of keeping TRL's."""
+        return (
+            self.adv_norm == "none"
+            or self.whiten_advantages
+            or self.adv_clip_range is not None
+            or self.token_level_kl_coef > 0
+        )
+
+    def _validate_advantages(self) -> None:
+        if self.adv_norm is not None and self.adv_norm not in ADV_NORMS:
+            _fail("adv_norm", f"{self.adv_norm!r} is not supported.", f"use one of {ADV_NORMS} or None.")
+        if self.adv_norm == "mean_std" and self.scale_rewards == "none":
+            _fail(
+                "adv_norm",
+                "'mean_std' needs a std scope but scale_rewards='none'.",
+                "set scale_rewards='group'.",
+            )
+        if self.adv_norm == "mean_only":
+            if self.scale_rewards == "batch":
+                _fail("adv_norm", "'mean_only' contradicts scale_rewards='batch'.", "unset one of them.")
+            self.scale_rewards = "none"
+        if self.adv_clip_range is not None and self.adv_clip_range <= 0:
+            _fail(
+                "adv_clip_range", f"must be > 0, got {self.adv_clip_range}.", "use a positive bound or None."
+            )
+        if self.recomputes_advantages and self.multi_objective_aggregation != "sum_then_normalize":
+            _fail(
+                "multi_objective_aggregation",
+                "'normalize_then_sum' builds its own advantages, which adv_norm='none', whiten_advantages, "
+                "adv_clip_range and token_level_kl_coef cannot edit.",
+                "use multi_objective_aggregation='sum_then_normalize' or turn those options off.",
+            )
+
+    def _validate_vllm_is(self) -> None:
+        if self.vllm_is_pooling is None:
+            return
+        if self.vllm_is_pooling not in VLLM_IS_POOLINGS:
+            _fail(
+                "vllm_is_pooling",
+                f"{self.vllm_is_pooling!r} is not supported.",
+                f"use one of {VLLM_IS_POOLINGS}.",
+            )
+        if not (self.use_vllm and self.vllm_importance_sampling_correction):
+            _fail(
+                "vllm_is_pooling",
+                "has no effect without use_vllm=True and vllm_importance_sampling_correction=True.",
+                "enable both or unset vllm_is_pooling.",
+            )
+        if not self.vllm_importance_sampling_mode.startswith("sequence_"):
+            _fail(
+                "vllm_is_pooling",
+                f"pools token ratios into a sequence ratio, but vllm_importance_sampling_mode="
+                f"{self.vllm_importance_sampling_mode!r} is token-level.",
+                "use vllm_importance_sampling_mode='sequence_mask' or 'sequence_truncate'.",
+            )
