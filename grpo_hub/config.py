@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from grpo_hub._compat import check_trl_version
+from grpo_hub.reference import validate_reference_settings
 
 check_trl_version()
 
@@ -153,6 +154,42 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
+    # --- Reference adapter (PEFT; see grpo_hub/reference.py) ---
+    ref_adapter_sync_on: str = field(
+        default="never",
+        metadata={
+            "help": "Refresh the frozen PEFT 'ref' adapter (the KL reference) from the trained adapter: 'never', "
+            "'steps' (every ref_adapter_sync_steps optimizer steps) or 'epoch' (at each epoch end). Needs a PEFT "
+            "model and beta > 0; for full fine-tuning use TRL's sync_ref_model."
+        },
+    )
+    ref_adapter_sync_steps: int = field(
+        default=64,
+        metadata={"help": "With ref_adapter_sync_on='steps': refresh every this many optimizer steps."},
+    )
+    ref_adapter_mixup_alpha: float = field(
+        default=1.0,
+        metadata={
+            "help": "Refresh rule ref <- alpha * trained + (1 - alpha) * ref, per adapter tensor; 1.0 = hard copy, "
+            "in (0, 1) = EMA (of the adapter factors, not of the merged delta)."
+        },
+    )
+    ref_adapter_keep: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep a dedicated frozen 'ref' adapter (a copy of the trained adapter at the start) also when the "
+            "trainer wraps the model from peft_config; TRL makes one only for a PeftModel it is handed. Implied by "
+            "ref_adapter_sync_on != 'never'."
+        },
+    )
+    ref_adapter_save: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep the 'ref/' adapter folder in save_model() output. False: the saved (and pushed) folder holds "
+            "only the trained adapter. Checkpoints always carry the reference (ref_adapter.safetensors)."
+        },
+    )
+
     def __post_init__(self):
         self._validate_loss_type()
         self._validate_filtering()
@@ -163,6 +200,7 @@ class GRPOHubConfig(GRPOConfig):
         self._validate_rewards()
         self._validate_advantages()
         self._validate_vllm_is()
+        self._validate_reference_adapter()
 
     # --- validation and presets, one method per feature ---
     def _validate_loss_type(self) -> None:
@@ -373,3 +411,17 @@ class GRPOHubConfig(GRPOConfig):
                 f"{self.vllm_importance_sampling_mode!r} is token-level.",
                 "use vllm_importance_sampling_mode='sequence_mask' or 'sequence_truncate'.",
             )
+
+    def _validate_reference_adapter(self) -> None:
+        validate_reference_settings(
+            self.ref_adapter_sync_on,
+            self.ref_adapter_sync_steps,
+            self.ref_adapter_mixup_alpha,
+            self.beta,
+            self.sync_ref_model,
+            self.ref_adapter_keep,
+        )
+
+    @property
+    def uses_reference_adapter(self) -> bool:
+        return self.ref_adapter_keep or self.ref_adapter_sync_on != "never"
