@@ -1,0 +1,50 @@
+"""Tiny-model fixtures for single-process GRPOHubTrainer tests (local folder, no Hub access)."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from grpo_hub.config import GRPOHubConfig
+from grpo_hub.tasks import DEFAULT_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
+
+CPU = {"use_cpu": True, "bf16": False, "report_to": "none", "save_strategy": "no", "disable_tqdm": True}
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir():
+    return build_tiny_model()
+
+
+def hub_config(tmp_path, **overrides) -> GRPOHubConfig:
+    """A small, fast GRPOHubConfig; `overrides` win."""
+    settings = {
+        "output_dir": str(tmp_path),
+        "per_device_train_batch_size": 8,
+        "num_generations": 4,
+        "max_completion_length": 8,
+        "learning_rate": 1e-2,
+        "logging_steps": 1,
+        "max_steps": 1,
+        "seed": 0,
+        **CPU,
+        **overrides,
+    }
+    return GRPOHubConfig(**settings)
+
+
+def load_model(model_dir, seed: int = 0):
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
+
+
+def make_trainer(trainer_cls, model_dir, args, reward_funcs=None, dataset=None, **kwargs):
+    """Trainer on the built-in task (or `dataset`/`reward_funcs`) with a freshly loaded tiny model."""
+    model, tokenizer = load_model(model_dir)
+    return trainer_cls(
+        model=model,
+        reward_funcs=reward_funcs or get_reward_funcs(DEFAULT_TASK),
+        args=args,
+        train_dataset=dataset if dataset is not None else load_task_dataset(DEFAULT_TASK, n=64, seed=0),
+        processing_class=tokenizer,
+        **kwargs,
+    )
