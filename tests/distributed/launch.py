@@ -1,0 +1,102 @@
+"""Run a worker script under `accelerate launch` in a subprocess and collect the JSON each rank writes.
+
+`run_accelerate(config, script, args)` picks a free rendezvous port, limits every rank to one thread,
+caches DeepSpeed's JIT-built ops under `$TORCH_EXTENSIONS_DIR` (default `~/.cache/torch_extensions`),
+kills the whole process group on timeout, and fails with the tail of the output when the launch fails.
+The worker receives `--result-dir DIR` and writes `DIR/rank<k>.json` on every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ACCELERATE_CONFIGS = REPO_ROOT / "recipes" / "accelerate"
+WORKER_DIR = Path(__file__).resolve().parent
+TAIL_CHARS = 6000
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_env() -> dict[str, str]:
+    """Environment for the ranks: one thread each, offline Hub, cached torch extensions."""
+    env = dict(os.environ)
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "torch_extensions"))
+    return env
+
+
+def _tail(text: str) -> str:
+    return text[-TAIL_CHARS:]
+
+
+def _communicate(proc: subprocess.Popen, timeout: float) -> str:
+    """Wait for `proc`; on timeout kill its whole process group (all ranks) and raise with the output tail."""
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+        return output
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        raise AssertionError(
+            f"accelerate launch timed out after {timeout}s (hang?). Output tail:\n{_tail(output)}"
+        ) from None
+
+
+def run_accelerate(
+    config: str, script: str, args: list[str] | tuple[str, ...] = (), timeout: float = 600
+) -> dict:
+    """Launch `script` with `recipes/accelerate/<config>` and return {"ranks": [rank0, rank1, ...], **rank0}.
+
+    `config` is a file name in recipes/accelerate (or a path); `script` a file name in tests/distributed
+    (or a path). Raises AssertionError with the output tail on a non-zero exit, a timeout, or a missing
+    rank result.
+    """
+    config_path = Path(config) if Path(config).is_file() else ACCELERATE_CONFIGS / config
+    script_path = Path(script) if Path(script).is_file() else WORKER_DIR / script
+    with tempfile.TemporaryDirectory(prefix="grpo_hub_dist_") as result_dir:
+        command = [
+            sys.executable, "-m", "accelerate.commands.launch",
+            "--config_file", str(config_path),
+            "--main_process_port", str(free_port()),
+            str(script_path), *args,
+            "--result-dir", result_dir,
+        ]  # fmt: skip
+        proc = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=launch_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        output = _communicate(proc, timeout)
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"accelerate launch exited with {proc.returncode}. Output tail:\n{_tail(output)}"
+            )
+        rank_files = sorted(Path(result_dir).glob("rank*.json"), key=lambda p: int(p.stem[len("rank") :]))
+        if not rank_files:
+            raise AssertionError(f"no rank wrote a result. Output tail:\n{_tail(output)}")
+        ranks = [json.loads(path.read_text()) for path in rank_files]
+    return {**ranks[0], "ranks": ranks}
