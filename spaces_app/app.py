@@ -1,0 +1,125 @@
+"""Gradio Space: completions of a base model next to those of up to four LoRA adapters.
+
+Run it: `python app.py` (on a Space), `python -m spaces_app` or `grpo-hub compare` (locally).
+Configuration (environment variables, all optional):
+  GRPO_HUB_BASE_MODEL   base model id or folder (default: the offline tiny model of grpo_hub.tasks)
+  GRPO_HUB_ADAPTERS     "owner/name@revision, ./local/folder, ..." (default: adapters found in
+                        GRPO_HUB_OUTPUT_DIR, default "outputs", the training recipe's output folder)
+  GRPO_HUB_MAX_PROMPT_CHARS, GRPO_HUB_MAX_NEW_TOKENS, GRPO_HUB_MAX_SAMPLES, GRPO_HUB_QUEUE_SIZE  caps
+  HF_TOKEN              read access to private adapters
+The comparison itself (loading, seeded generation, rewards, diffs) lives in grpo_hub.compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import gradio as gr
+
+from grpo_hub.compare import (
+    MAX_ADAPTERS,
+    CompareError,
+    Limits,
+    Sampling,
+    column_html,
+    compare,
+    discover_adapters,
+    example_prompts,
+    load_bank,
+    parse_adapter_specs,
+    reward_functions,
+)
+
+CSS = """
+ins { background: #c9f2c9; text-decoration: none; }
+del { background: #f8c9c9; }
+.model-column pre { white-space: pre-wrap; word-break: break-all; margin: 0.2em 0; }
+"""
+INTRO = (
+    "# GRPO adapters vs their base\n"
+    "Every column samples the prompt with the **same seed**, so sample *i* of an adapter differs from sample "
+    "*i* of the base only because of the adapter. <ins>Green</ins> text is new in the adapter, "
+    "<del>red</del> text is the base's."
+)
+
+
+def default_config() -> tuple[str, str]:
+    """(base model, adapters text) from the environment, falling back to the offline tiny model."""
+    base = os.environ.get("GRPO_HUB_BASE_MODEL")
+    if not base:
+        from grpo_hub.tasks import build_tiny_model
+
+        base = build_tiny_model()
+    adapters = os.environ.get("GRPO_HUB_ADAPTERS")
+    if adapters is None:
+        adapters = ", ".join(discover_adapters(os.environ.get("GRPO_HUB_OUTPUT_DIR", "outputs")))
+    return base, adapters
+
+
+def run_compare(base, adapters, prompt, temperature, top_p, max_new_tokens, seed, n, rewards):
+    """Gradio handler: one HTML column per model (base first); unused column slots are hidden."""
+    limits = Limits.from_env()
+    try:
+        sampling = Sampling(float(temperature), float(top_p), int(max_new_tokens), int(seed), int(n))
+        bank = load_bank(base.strip(), parse_adapter_specs(adapters))
+        columns = compare(bank, prompt, sampling, list(rewards or []), limits)
+    except CompareError as error:
+        raise gr.Error(str(error)) from error
+    html = [column_html(column) for column in columns]
+    return [gr.HTML(value=h, visible=True) for h in html] + [
+        gr.HTML(value="", visible=False) for _ in range(MAX_ADAPTERS + 1 - len(html))
+    ]
+
+
+def build_demo(base: str, adapters: str) -> gr.Blocks:
+    """The Blocks UI: models, prompt + examples, sampling controls, rewards, one column per model."""
+    limits = Limits.from_env()
+    with gr.Blocks(title="grpo_hub: compare adapters") as demo:
+        gr.Markdown(INTRO)
+        with gr.Accordion("Models", open=False):
+            base_box = gr.Textbox(base, label="Base model (Hub id or folder)", elem_id="base-model")
+            adapters_box = gr.Textbox(
+                adapters,
+                label=f"Adapters, up to {MAX_ADAPTERS}: owner/name@revision or folder, comma-separated",
+                elem_id="adapters",
+            )
+        prompt = gr.Textbox(label="Prompt", lines=2, max_length=limits.max_prompt_chars, elem_id="prompt")
+        gr.Examples(example_prompts(), inputs=prompt, label="Prompts of the built-in tasks")
+        with gr.Row():
+            temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="Temperature (0 = greedy)")
+            top_p = gr.Slider(0.05, 1, value=1.0, step=0.05, label="Top-p")
+            max_new = gr.Slider(
+                1, limits.max_new_tokens, value=min(32, limits.max_new_tokens), step=1, label="Max new tokens"
+            )
+            seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+            n = gr.Slider(1, limits.max_samples, value=min(4, limits.max_samples), step=1, label="Samples")
+        names = sorted(reward_functions())
+        rewards = gr.CheckboxGroup(names, value=names, label="Reward functions")
+        button = gr.Button("Compare", variant="primary", elem_id="compare")
+        with gr.Row():
+            slots = [gr.HTML(visible=False, elem_id=f"column-{i}") for i in range(MAX_ADAPTERS + 1)]
+        inputs = [base_box, adapters_box, prompt, temperature, top_p, max_new, seed, n, rewards]
+        button.click(run_compare, inputs, slots, api_name="compare")
+    demo.queue(default_concurrency_limit=1, max_size=limits.queue_size)
+    return demo
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Load the configured models (failing early with a clear message), then serve the UI."""
+    parser = argparse.ArgumentParser(prog="grpo-hub compare", description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    args = parser.parse_args(argv)
+    base, adapters = default_config()
+    try:
+        load_bank(base, parse_adapter_specs(adapters))
+    except CompareError as error:
+        sys.exit(f"grpo-hub compare: {error}")
+    print(f"base model: {base}\nadapters: {adapters or '(none found; set GRPO_HUB_ADAPTERS)'}", flush=True)
+    build_demo(base, adapters).launch(server_name=args.host, server_port=args.port, css=CSS)
+
+
+if __name__ == "__main__":
+    main()

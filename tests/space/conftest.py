@@ -1,0 +1,86 @@
+"""Fixtures of the Space tests: the offline tiny base and adapters made on it (trained, random, zero)."""
+
+import json
+import shutil
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory):
+    """Folder of the offline tiny Qwen2 + tokenizer (built once per session in a private folder)."""
+    from grpo_hub.tasks import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("base") / "tiny-qwen2")
+
+
+def _save_lora(base: str, folder, init_lora_weights) -> str:
+    """Save a rank-8 LoRA on q/v projections of `base`; `init_lora_weights=False` makes it non-zero."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    config = LoraConfig(r=8, target_modules=["q_proj", "v_proj"], init_lora_weights=init_lora_weights)
+    get_peft_model(model, config).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def random_adapter(tiny_base, tmp_path_factory):
+    """An adapter with random, non-zero LoRA A and B on the tiny base."""
+    return _save_lora(tiny_base, tmp_path_factory.mktemp("random") / "adapter", init_lora_weights=False)
+
+
+@pytest.fixture(scope="session")
+def zero_adapter(tiny_base, tmp_path_factory):
+    """A freshly initialised adapter (LoRA B = 0): the model it makes equals the base."""
+    return _save_lora(tiny_base, tmp_path_factory.mktemp("zero") / "adapter", init_lora_weights=True)
+
+
+@pytest.fixture(scope="session")
+def foreign_adapter(random_adapter, tmp_path_factory):
+    """The random adapter, relabelled as trained on another base model."""
+    folder = tmp_path_factory.mktemp("foreign") / "adapter"
+    shutil.copytree(random_adapter, folder)
+    config_path = folder / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    config["base_model_name_or_path"] = "someone/another-model"
+    config_path.write_text(json.dumps(config))
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def trained_adapter(tiny_base, tmp_path_factory):
+    """A LoRA adapter trained for a few GRPO steps with plain trl.GRPOTrainer on the letter task."""
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grpo_hub.tasks import DEFAULT_TASK, get_reward_funcs, load_task_dataset
+
+    out = tmp_path_factory.mktemp("trained")
+    args = GRPOConfig(
+        output_dir=str(out / "run"),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=4,
+        learning_rate=5e-2,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+    )
+    trainer = GRPOTrainer(
+        model=tiny_base,
+        reward_funcs=get_reward_funcs(DEFAULT_TASK),
+        args=args,
+        train_dataset=load_task_dataset(DEFAULT_TASK, n=16, seed=0),
+        peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj"]),
+    )
+    trainer.train()
+    trainer.save_model(str(out / "adapter"))
+    return str(out / "adapter")
