@@ -248,7 +248,8 @@ def evaluate(policy: nn.Module, env_id: str, episodes: int, seed: int, greedy: b
 def train(cfg: GymGRPOConfig, log_dir: str | Path | None = None, progress: bool = True) -> dict:
     """GRPO on `cfg.env_id` until the greedy eval mean reaches `cfg.target_return` or the step budget ends.
 
-    Writes `progress.csv` (one row per iteration) and `summary.json` into `log_dir` when given.
+    Writes `progress.csv` (one row per iteration), `summary.json` and `policy.pt` (state dict) into
+    `log_dir` when given.
     Env steps count the training episodes' steps only; evaluation episodes are not counted.
     Returns the summary dict (plus "history": the rows and "policy": the trained module).
     """
@@ -317,6 +318,7 @@ def train(cfg: GymGRPOConfig, log_dir: str | Path | None = None, progress: bool 
     }
     if log_dir is not None:
         write_logs(Path(log_dir), history, summary)
+        torch.save(policy.state_dict(), Path(log_dir) / "policy.pt")
     return {**summary, "history": history, "policy": policy}
 
 

@@ -2,10 +2,10 @@
 
     python recipes/cartpole.py --variant process_rtg                    # one run, seed 0
     nice -n 10 python recipes/cartpole.py --variant outcome process process_rtg --seed 0 1 2 \\
-        --max-env-steps 200000 --out runs/cartpole-sweep --plot          # the README table
+        --max-env-steps 200000 --out outputs/cartpole-sweep --plot          # the README table
 
 Every `GymGRPOConfig` field is a flag (`--group-size 8`, `--lr 3e-3`, ...). Each run writes
-`<out>/<variant>-seed<k>/{progress.csv,summary.json}`; the results table is printed and written to
+`<out>/<variant>-seed<k>/{progress.csv,summary.json,policy.pt}`; the results table is printed and written to
 `<out>/results.md`, and `--plot` draws `<out>/returns.png` when matplotlib is installed.
 """
 
@@ -30,7 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     for f in fields(GymGRPOConfig):
         if f.name not in ("variant", "seed"):
             parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
-    parser.add_argument("--out", default="runs/cartpole", help="folder for logs, results.md, returns.png")
+    parser.add_argument("--out", default="outputs/cartpole", help="folder for logs, results.md, returns.png")
     parser.add_argument("--plot", action="store_true", help="draw returns.png (needs matplotlib)")
     parser.add_argument("--no-progress", action="store_true", help="hide the tqdm bar")
     return parser.parse_args(argv)

@@ -150,6 +150,8 @@ def test_short_training_beats_random_on_cartpole(gg, tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["final_eval_return"] == result["final_eval_return"]
     assert (tmp_path / "progress.csv").read_text().count("\n") == len(history) + 1
+    untrained.load_state_dict(torch.load(tmp_path / "policy.pt"))
+    assert gg.evaluate(untrained, "CartPole-v1", 20, seed=1_000_000).mean() == result["final_eval_return"]
 
 
 def test_process_variant_is_degenerate_on_cartpole_and_learns_nothing(gg):
