@@ -1,0 +1,100 @@
+"""The `grpo-hub` command. Subcommands are registered in `SUBCOMMANDS` (one `register(subparsers)` each).
+
+    grpo-hub push FOLDER OWNER/NAME [--revision main] [--base-model ID] [--private] [--token T]
+    grpo-hub pull OWNER/NAME[@REV] [--base-model ID_OR_PATH] [--merge] [--output-dir DIR] [--token T]
+
+Both print one JSON line (repo, revision, pinned commit sha, ...). A failure prints
+`grpo-hub: error: <what went wrong and the fix>` to stderr and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+
+def _run_push(args: argparse.Namespace) -> dict:
+    from grpo_hub.hub import push_adapter
+
+    result = push_adapter(
+        args.folder,
+        args.repo_id,
+        revision=args.revision,
+        base_model=args.base_model,
+        token=args.token,
+        private=args.private,
+        commit_message=args.message,
+        adapter_name=args.adapter_name,
+    )
+    return asdict(result)
+
+
+def _run_pull(args: argparse.Namespace) -> dict:
+    from grpo_hub.hub import pull_adapter
+
+    if args.merge and not args.output_dir:
+        raise ValueError("--merge writes a merged model folder. Fix: add --output-dir DIR.")
+    _, info = pull_adapter(
+        args.spec, base_model=args.base_model, merge=args.merge, output_dir=args.output_dir, token=args.token
+    )
+    return asdict(info)
+
+
+def register_push(subparsers) -> None:
+    push = subparsers.add_parser("push", help="push a trained LoRA adapter (one commit) to a Hub branch")
+    push.add_argument("folder", help="trainer output_dir or a checkpoint-<N> folder")
+    push.add_argument("repo_id", help="'owner/name' of the model repo (created if missing)")
+    push.add_argument("--revision", default="main", help="branch to commit to (created from main if missing)")
+    push.add_argument(
+        "--base-model", help="Hub id of the base model to record (default: from adapter_config.json)"
+    )
+    push.add_argument("--private", action="store_true", default=None, help="create the repo as private")
+    push.add_argument("--message", help="commit message")
+    push.add_argument("--adapter-name", default="default", help="name of the trained adapter (never 'ref')")
+    push.add_argument("--token", help="Hub access token (default: HF_TOKEN or the saved login)")
+    push.set_defaults(run=_run_push)
+
+
+def register_pull(subparsers) -> None:
+    pull = subparsers.add_parser(
+        "pull", help="load an adapter from 'owner/name@revision' (pinned to its commit)"
+    )
+    pull.add_argument("spec", help="'owner/name' or 'owner/name@revision' (branch, tag or commit sha)")
+    pull.add_argument("--base-model", help="base model Hub id or folder (default: from adapter_config.json)")
+    pull.add_argument("--merge", action="store_true", help="merge the adapter into the base model")
+    pull.add_argument("--output-dir", help="write the adapter (or, with --merge, the merged model) here")
+    pull.add_argument("--token", help="Hub access token (default: HF_TOKEN or the saved login)")
+    pull.set_defaults(run=_run_pull)
+
+
+SUBCOMMANDS = (register_push, register_pull)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="grpo-hub", description="grpo_hub: Hub workflow for GRPO LoRA adapters"
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for register in SUBCOMMANDS:
+        register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `grpo-hub` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    from grpo_hub.hub_errors import HubError
+
+    try:
+        result = args.run(args)
+    except (HubError, ValueError) as err:
+        print(f"grpo-hub: error: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
