@@ -1,0 +1,165 @@
+"""Offline tiny model: a randomly initialised Qwen2-style causal LM with its own byte-level BPE tokenizer.
+
+Nothing is downloaded. `build_tiny_model()` trains a 512-entry byte-level BPE on a corpus generated in
+code, initialises a `Qwen2ForCausalLM` from a seed and saves both to a local folder that
+`AutoTokenizer.from_pretrained` and `AutoModelForCausalLM.from_pretrained` load. The folder is cached
+(`$GRPO_HUB_CACHE` or `~/.cache/grpo_hub`), identical for the same seed, and safe to build from two
+processes at once (each builds in a private temporary folder and renames it into place).
+
+Shape: hidden 64, 2 heads of dim 32 (vLLM needs head dim >= 32), 1 KV head, 2 layers, ~0.1 M parameters.
+Weights are drawn with std 0.3 (not Qwen's 0.02): with tied embeddings that small, logits are nearly flat
+and a LoRA adapter (which leaves the embeddings frozen) barely moves them; at 0.3 LoRA learns the
+built-in task in ~30 GRPO steps (measured in `grpo_hub.tasks`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import string
+import tempfile
+from pathlib import Path
+
+BUILD_VERSION = "v1"
+VOCAB_SIZE = 512
+EOS_TOKEN = "<|im_end|>"
+PAD_TOKEN = "<|endoftext|>"
+SPECIAL_TOKENS = [PAD_TOKEN, "<|im_start|>", EOS_TOKEN]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+MODEL_SHAPE = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "max_position_embeddings": 512,
+    "initializer_range": 0.3,
+}
+
+
+def default_cache_dir() -> Path:
+    """Return the grpo_hub cache root: `$GRPO_HUB_CACHE` if set, else `~/.cache/grpo_hub`."""
+    return Path(os.environ.get("GRPO_HUB_CACHE") or Path.home() / ".cache" / "grpo_hub")
+
+
+def tokenizer_corpus(seed: int = 0, n_lines: int = 400) -> list[str]:
+    """Deterministic training text for the BPE: English-ish prompt words, letters, digits and numbers."""
+    rng = random.Random(seed)
+    words = [
+        "write",
+        "the",
+        "letter",
+        "only",
+        "digits",
+        "number",
+        "answer",
+        "repeat",
+        "copy",
+        "count",
+        "say",
+        "many",
+        "times",
+        "please",
+        "a",
+        "an",
+        "of",
+    ]
+    lines = [string.ascii_letters, string.digits, string.punctuation]
+    for _ in range(n_lines):
+        parts = [rng.choice(words) for _ in range(rng.randint(3, 8))]
+        parts.append(rng.choice(string.ascii_lowercase) * rng.randint(1, 6))
+        parts.append(str(rng.randint(0, 10_000)))
+        rng.shuffle(parts)
+        lines.append(" ".join(parts) + rng.choice([":", ".", "?", "!"]))
+    return lines
+
+
+def train_tokenizer(seed: int = 0):
+    """Train the byte-level BPE (vocab `VOCAB_SIZE`, specials first) and wrap it as a fast HF tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(tokenizer_corpus(seed), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=MODEL_SHAPE["max_position_embeddings"],
+    )
+
+
+def init_model(tokenizer, seed: int = 0):
+    """Randomly initialise a `Qwen2ForCausalLM` of `MODEL_SHAPE` from `seed`, with tied embeddings."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        **MODEL_SHAPE,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def _write_model(folder: Path, seed: int) -> None:
+    """Build tokenizer + model into `folder` (which must exist)."""
+    tokenizer = train_tokenizer(seed)
+    model = init_model(tokenizer, seed)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+
+
+def build_tiny_model(output_dir: str | os.PathLike | None = None, seed: int = 0) -> str:
+    """Return a local folder holding the tiny model + tokenizer, building it on first use.
+
+    Default folder: `<cache>/tiny-qwen2-<BUILD_VERSION>-seed<seed>`. A folder that already holds a
+    `config.json` and `model.safetensors` is returned unchanged. Concurrent callers each build into a
+    temporary sibling folder; the first rename wins and the others discard their copy.
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"build_tiny_model: `seed` must be a non-negative int, got {seed!r}")
+    target = (
+        Path(output_dir) if output_dir else default_cache_dir() / f"tiny-qwen2-{BUILD_VERSION}-seed{seed}"
+    )
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return str(target)
+    if target.exists() and any(target.iterdir()):
+        raise FileExistsError(
+            f"build_tiny_model: {target} exists but holds no complete model; pass an empty or new `output_dir`"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        _write_model(staging, seed)
+        staging.chmod(0o755)
+        if target.exists():
+            target.rmdir()  # empty folder left by the caller
+        os.rename(staging, target)
+    except OSError:
+        if not (target / "model.safetensors").is_file():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(target)
