@@ -93,7 +93,7 @@ def build_demo(base: str, adapters: str) -> gr.Blocks:
             max_new = gr.Slider(
                 1, limits.max_new_tokens, value=min(32, limits.max_new_tokens), step=1, label="Max new tokens"
             )
-            seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+            seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="seed")
             n = gr.Slider(1, limits.max_samples, value=min(4, limits.max_samples), step=1, label="Samples")
         names = sorted(reward_functions())
         rewards = gr.CheckboxGroup(names, value=names, label="Reward functions")

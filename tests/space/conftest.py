@@ -7,11 +7,11 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def tiny_base(tmp_path_factory):
-    """Folder of the offline tiny Qwen2 + tokenizer (built once per session in a private folder)."""
+def tiny_base():
+    """Folder of the offline tiny Qwen2 + tokenizer (the default one, which the Space also falls back to)."""
     from grpo_hub.tasks import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("base") / "tiny-qwen2")
+    return build_tiny_model()
 
 
 def _save_lora(base: str, folder, init_lora_weights) -> str:
