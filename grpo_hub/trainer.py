@@ -19,6 +19,7 @@ from grpo_hub import importance, losses
 from grpo_hub._compat import check_trl_seams
 from grpo_hub.config import GRPOHubConfig
 from grpo_hub.filtering import agreed_row_count, keep_rows
+from grpo_hub.reference import attach_reference_adapter, strip_reference_adapter
 
 check_trl_seams(GRPOTrainer)
 
@@ -46,8 +47,15 @@ class GRPOHubTrainer(GRPOTrainer):
             )
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self._check_data_dependent_options(kwargs)
+        self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
         self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """TRL's save, without PEFT's frozen `ref/` adapter folder unless `ref_adapter_save` (grpo_hub.reference)."""
+        super().save_model(output_dir, _internal_call)
+        if not self.args.ref_adapter_save and self.args.should_save:
+            strip_reference_adapter(output_dir or self.args.output_dir)
 
     def _check_data_dependent_options(self, kwargs) -> None:
         args = self.args
