@@ -383,3 +383,23 @@ class ReferenceAdapterCallback(TrainerCallback):
         )
         if state.is_world_process_zero:
             strip_reference_adapter(folder)
+
+
+def attach_reference_adapter(trainer) -> ReferenceAdapterCallback | None:
+    """Wire the reference adapter into a built GRPOHubTrainer (called at the end of its __init__).
+
+    With `ref_adapter_keep` or a refresh schedule, adds the frozen "ref" adapter (ValueError without
+    PEFT). Whenever the model then has a "ref" adapter (also TRL's own, made for a wrapped PeftModel),
+    registers a `ReferenceAdapterCallback` so checkpoints carry it and a resume restores it. Runs before
+    `train()` builds the DDP / DeepSpeed engine, so ZeRO-3 partitions the new adapter like the others.
+    """
+    args = trainer.args
+    if args.uses_reference_adapter:
+        add_reference_adapter(trainer.model)
+    elif REF_ADAPTER not in getattr(trainer.model, "peft_config", {}):
+        return None
+    callback = ReferenceAdapterCallback(
+        args.ref_adapter_sync_on, args.ref_adapter_sync_steps, args.ref_adapter_mixup_alpha
+    )
+    trainer.add_callback(callback)
+    return callback
