@@ -83,6 +83,8 @@ class GRPOHubTrainer(GRPOTrainer):
         args = self.args
         if args.reward_clip is not None or args.reward_norm is not None:
             training = self.model.training
+            raw = self._weighted_rewards(rewards_per_func)
+            self._metrics["train" if training else "eval"]["reward_raw"].append(torch.nanmean(raw).item())
             columns = []
             for i, moments in enumerate(self._reward_moments):
                 state = moments if training else copy.deepcopy(moments)  # eval never updates running stats

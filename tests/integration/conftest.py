@@ -24,6 +24,7 @@ def hub_config(tmp_path, **overrides) -> GRPOHubConfig:
         "max_completion_length": 8,
         "learning_rate": 1e-2,
         "logging_steps": 1,
+        "log_level": "error",
         "max_steps": 1,
         "seed": 0,
         **CPU,
