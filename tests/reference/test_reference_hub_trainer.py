@@ -1,0 +1,121 @@
+"""GRPOHubTrainer wiring of the reference adapter: config errors, peft_config path, save_model, checkpoints."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub.reference import REF_ADAPTER, REF_ADAPTER_FILE, ReferenceAdapterCallback
+from grpo_hub.tiny_model import build_tiny_model
+
+from .helpers import (
+    adapter_tensors,
+    char_code_reward,
+    lora_config,
+    prompt_dataset,
+    tiny_peft_model,
+    tiny_tokenizer,
+)
+
+
+def _config(output_dir, **overrides) -> GRPOHubConfig:
+    values = dict(
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        learning_rate=5e-2,
+        beta=0.1,
+        max_steps=3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        disable_tqdm=True,
+    )
+    values.update(overrides)
+    return GRPOHubConfig(**values)
+
+
+def _trainer(config, model=None, peft_config=None) -> GRPOHubTrainer:
+    return GRPOHubTrainer(
+        model=model if model is not None else AutoModelForCausalLM.from_pretrained(build_tiny_model()),
+        reward_funcs=char_code_reward,
+        args=config,
+        train_dataset=prompt_dataset(),
+        processing_class=tiny_tokenizer(),
+        peft_config=peft_config,
+    )
+
+
+def _callbacks(trainer) -> list[ReferenceAdapterCallback]:
+    return [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, ReferenceAdapterCallback)]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (dict(ref_adapter_sync_on="steps", beta=0.0), "beta"),
+        (dict(ref_adapter_keep=True, beta=0.0), "beta"),
+        (dict(ref_adapter_sync_on="always"), "ref_adapter_sync_on"),
+        (dict(ref_adapter_sync_on="steps", ref_adapter_sync_steps=0), "ref_adapter_sync_steps"),
+        (dict(ref_adapter_mixup_alpha=0.0), "ref_adapter_mixup_alpha"),
+        (dict(ref_adapter_mixup_alpha=1.01), "ref_adapter_mixup_alpha"),
+        (dict(ref_adapter_sync_on="epoch", sync_ref_model=True), "sync_ref_model"),
+    ],
+)
+def test_config_rejects_bad_reference_settings(tmp_path, overrides, field):
+    with pytest.raises(ValueError, match=field):
+        _config(tmp_path, **overrides)
+
+
+def test_refresh_without_peft_points_to_sync_ref_model(tmp_path):
+    with pytest.raises(ValueError, match="sync_ref_model"):
+        _trainer(_config(tmp_path, ref_adapter_sync_on="steps"))
+
+
+def test_defaults_with_peft_config_add_no_reference_adapter(tmp_path):
+    trainer = _trainer(_config(tmp_path), peft_config=lora_config())
+    assert REF_ADAPTER not in trainer.model.peft_config  # TRL's behaviour: base model with adapters disabled
+    assert _callbacks(trainer) == []
+
+
+def test_keep_with_peft_config_adds_frozen_inactive_copy(tmp_path):
+    trainer = _trainer(_config(tmp_path, ref_adapter_keep=True), peft_config=lora_config())
+    model = trainer.model
+    assert REF_ADAPTER in model.peft_config and model.active_adapter == "default"
+    ref = adapter_tensors(model, REF_ADAPTER)
+    assert ref and all(torch.equal(t, adapter_tensors(model, "default")[n]) for n, t in ref.items())
+    assert not any(p.requires_grad for n, p in model.named_parameters() if f".{REF_ADAPTER}." in n)
+    assert [cb.sync_on for cb in _callbacks(trainer)] == ["never"]
+
+
+def test_trl_made_reference_is_checkpointed_by_default(tmp_path):
+    trainer = _trainer(_config(tmp_path, save_strategy="steps", save_steps=3), model=tiny_peft_model())
+    assert [cb.sync_on for cb in _callbacks(trainer)] == ["never"]
+    trainer.train()
+    checkpoint = tmp_path / "checkpoint-3"
+    assert (checkpoint / REF_ADAPTER_FILE).is_file() and not (checkpoint / REF_ADAPTER).exists()
+
+
+def test_peft_config_refresh_trains_against_fresh_reference(tmp_path):
+    config = _config(tmp_path, max_steps=4, ref_adapter_sync_on="steps", ref_adapter_sync_steps=2)
+    trainer = _trainer(config, peft_config=lora_config())
+    trainer.train()
+    assert _callbacks(trainer)[0].refreshed_at == [2, 4]
+    kl = {row["step"]: row["kl"] for row in trainer.state.log_history if "kl" in row}
+    assert kl[2] > 1e-4 and kl[3] < 1e-7  # step 3 starts right after the step-2 hard refresh
+    trained, ref = adapter_tensors(trainer.model, "default"), adapter_tensors(trainer.model, REF_ADAPTER)
+    assert all(torch.equal(ref[n], trained[n]) for n in ref)
+
+
+@pytest.mark.parametrize("save_ref", [False, True])
+def test_save_model_holds_only_trained_adapter_unless_asked(tmp_path, save_ref):
+    trainer = _trainer(
+        _config(tmp_path, ref_adapter_keep=True, ref_adapter_save=save_ref), peft_config=lora_config()
+    )
+    trainer.save_model(str(tmp_path / "final"))
+    assert (tmp_path / "final" / "adapter_model.safetensors").is_file()
+    assert (tmp_path / "final" / REF_ADAPTER / "adapter_model.safetensors").is_file() == save_ref
