@@ -74,13 +74,8 @@ def _weights_bytes(path: Path, adapter_name: str) -> bytes | Path:
     return save(tensors, metadata=metadata)
 
 
-def trained_adapter_files(
-    folder: str | Path, *, adapter_name: str = "default", base_model: str | None = None
-) -> dict[str, bytes | Path]:
-    """Map repo path -> content (bytes or a file path) for the trained adapter and tokenizer in `folder`.
-
-    `base_model`, when given, replaces `base_model_name_or_path` in the pushed adapter config.
-    """
+def adapter_source(folder: str | Path, adapter_name: str = "default") -> Path:
+    """Folder holding the trained adapter's files (cheap checks only); ValueError naming what is missing."""
     root = Path(folder)
     if not root.is_dir():
         raise ValueError(
@@ -102,6 +97,17 @@ def trained_adapter_files(
             f"{source} holds no {ADAPTER_CONFIG} + {ADAPTER_WEIGHTS} (found: {found or 'nothing'}). "
             f"Fix: pass the folder trainer.save_model() or a checkpoint wrote for a LoRA model{'; ' + hint if hint else ''}."
         )
+    return source
+
+
+def trained_adapter_files(
+    folder: str | Path, *, adapter_name: str = "default", base_model: str | None = None
+) -> dict[str, bytes | Path]:
+    """Map repo path -> content (bytes or a file path) for the trained adapter and tokenizer in `folder`.
+
+    `base_model`, when given, replaces `base_model_name_or_path` in the pushed adapter config.
+    """
+    root, source = Path(folder), adapter_source(folder, adapter_name)
     files: dict[str, bytes | Path] = {
         ADAPTER_CONFIG: source / ADAPTER_CONFIG,
         ADAPTER_WEIGHTS: _weights_bytes(source / ADAPTER_WEIGHTS, adapter_name),

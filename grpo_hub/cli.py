@@ -16,7 +16,7 @@ from dataclasses import asdict
 
 
 def _run_push(args: argparse.Namespace) -> dict:
-    from grpo_hub.hub import push_adapter
+    from grpo_hub.hub_push import push_adapter
 
     result = push_adapter(
         args.folder,
@@ -32,7 +32,7 @@ def _run_push(args: argparse.Namespace) -> dict:
 
 
 def _run_pull(args: argparse.Namespace) -> dict:
-    from grpo_hub.hub import pull_adapter
+    from grpo_hub.hub_pull import pull_adapter
 
     if args.merge and not args.output_dir:
         raise ValueError("--merge writes a merged model folder. Fix: add --output-dir DIR.")

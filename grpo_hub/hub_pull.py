@@ -70,13 +70,19 @@ def download_adapter(spec: str, *, token: str | None = None) -> PullInfo:
     return PullInfo(repo_id, revision, sha, str(folder), base)
 
 
-def write_folder_atomically(output_dir: str | os.PathLike, write) -> str:
-    """Call `write(tmp_folder)`, then rename the folder to `output_dir`; nothing is left behind on failure."""
+def check_output_dir(output_dir: str | os.PathLike) -> Path:
+    """`output_dir` as a Path; ValueError if it exists and is not an empty folder (nothing is overwritten)."""
     target = Path(output_dir)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ValueError(
             f"output folder {target} already exists and is not empty. Fix: pass a new or empty folder."
         )
+    return target
+
+
+def write_folder_atomically(output_dir: str | os.PathLike, write) -> str:
+    """Call `write(tmp_folder)`, then rename the folder to `output_dir`; nothing is left behind on failure."""
+    target = check_output_dir(output_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent)
     try:
@@ -107,6 +113,8 @@ def pull_adapter(
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if output_dir is not None:
+        check_output_dir(output_dir)
     info = download_adapter(spec, token=token)
     base = base_model or info.base_model
     if not base:

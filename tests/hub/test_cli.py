@@ -1,0 +1,70 @@
+"""The `grpo-hub` command: push and pull through `main([...])`, and the installed console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tests.hub.conftest import ALICE
+
+pytestmark = pytest.mark.hub
+
+
+def test_parser_registers_the_subcommands():
+    from grpo_hub.cli import build_parser
+
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command")
+    assert {"push", "pull"} <= set(subparsers.choices)
+
+
+def test_cli_push_then_pull_merge_round_trip(hub, trained_run, tiny_model_path, tmp_path, capsys):
+    from grpo_hub.cli import main
+
+    checkpoint = trained_run["out"] / "checkpoint-4"
+    assert main(["push", str(checkpoint), "alice/cli-run", "--revision", "step-4", "--token", ALICE]) == 0
+    pushed = json.loads(capsys.readouterr().out)
+    assert pushed["commit_sha"] == hub.repos["alice/cli-run"].branches["step-4"]
+    assert "ref/adapter_model.safetensors" not in hub.files("alice/cli-run", "step-4")
+
+    out = tmp_path / "merged"
+    argv = [
+        "pull",
+        "alice/cli-run@step-4",
+        "--base-model",
+        tiny_model_path,
+        "--merge",
+        "--output-dir",
+        str(out),
+    ]
+    assert main([*argv, "--token", ALICE]) == 0
+    pulled = json.loads(capsys.readouterr().out)
+    assert pulled["commit_sha"] == pushed["commit_sha"] and pulled["output_dir"] == str(out)
+    assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
+
+
+def test_cli_merge_without_output_dir_is_a_usage_error(hub, capsys):
+    from grpo_hub.cli import main
+
+    assert main(["pull", "alice/anything", "--merge"]) == 1
+    assert "--merge writes a merged model folder. Fix: add --output-dir" in capsys.readouterr().err
+
+
+def test_console_script_reports_a_rejected_token_and_exits_1(hub, trained_run):
+    script = shutil.which("grpo-hub")
+    if script is None:
+        pytest.fail("the grpo-hub console script is not installed: run `pip install -e .`")
+    checkpoint = str(trained_run["out"] / "checkpoint-2")
+    done = subprocess.run(
+        [script, "push", checkpoint, "alice/cli-bad-token", "--token", "tok-wrong"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),  # HF_ENDPOINT etc. point at the local Hub (set by the `hub` fixture)
+    )
+    assert done.returncode == 1, done.stderr
+    assert "grpo-hub: error: push to alice/cli-bad-token: the Hub rejected the token" in done.stderr
+    assert "alice/cli-bad-token" not in hub.repos

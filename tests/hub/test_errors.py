@@ -1,0 +1,118 @@
+"""Bad input against the local Hub: each failure is a clear HubError/ValueError and leaves the repo as it was."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.hub.conftest import ALICE, BOB
+
+pytestmark = pytest.mark.hub
+
+
+@pytest.fixture
+def checkpoint(trained_run):
+    return trained_run["out"] / "checkpoint-2"
+
+
+@pytest.fixture
+def pushed(hub, checkpoint):
+    """A private repo of alice's with one pushed adapter; returns its id (unique per test)."""
+    from grpo_hub.hub import push_adapter
+
+    repo_id = f"alice/errors-{len(hub.repos)}"
+    push_adapter(checkpoint, repo_id, token=ALICE, private=True)
+    return repo_id
+
+
+def test_invalid_token_is_rejected_before_anything_is_created(hub, checkpoint):
+    from grpo_hub.hub import HubAuthError, push_adapter
+
+    with pytest.raises(HubAuthError, match=r"alice/never-made.*rejected the token.*settings/tokens"):
+        push_adapter(checkpoint, "alice/never-made", token="tok-wrong")
+    assert "alice/never-made" not in hub.repos
+
+
+def test_missing_token_names_the_ways_to_give_one(hub, checkpoint):
+    from grpo_hub.hub import HubAuthError, push_adapter
+
+    with pytest.raises(HubAuthError, match=r"no Hub token found.*HF_TOKEN"):
+        push_adapter(checkpoint, "alice/no-token")
+
+
+def test_pushing_to_another_users_repo_is_forbidden_and_changes_nothing(hub, checkpoint):
+    from grpo_hub.hub import HubAuthError, push_adapter
+
+    repo_id = "alice/public-" + str(len(hub.repos))
+    push_adapter(checkpoint, repo_id, token=ALICE)
+    before = dict(hub.repos[repo_id].branches)
+    with pytest.raises(HubAuthError, match=rf"{repo_id}@main.*403"):
+        push_adapter(checkpoint, repo_id, token=BOB)
+    assert hub.repos[repo_id].branches == before
+
+
+def test_private_repo_is_not_found_for_other_users_and_anonymous(hub, pushed):
+    from grpo_hub.hub import HubNotFoundError, download_adapter
+
+    assert download_adapter(pushed, token=ALICE).commit_sha == hub.repos[pushed].branches["main"]
+    for token in (BOB, None):
+        with pytest.raises(
+            HubNotFoundError, match=rf"{pushed}@main.*not found, or private.*token of a user with access"
+        ):
+            download_adapter(pushed, token=token)
+
+
+def test_missing_repo_and_missing_revision_are_named(hub, pushed):
+    from grpo_hub.hub import HubNotFoundError, download_adapter
+
+    with pytest.raises(HubNotFoundError, match=r"alice/does-not-exist@main.*not found"):
+        download_adapter("alice/does-not-exist", token=ALICE)
+    with pytest.raises(HubNotFoundError, match=rf"{pushed}@step-999.*revision 'step-999' does not exist"):
+        download_adapter(f"{pushed}@step-999", token=ALICE)
+
+
+def test_revision_without_an_adapter_is_a_clear_error(hub, pushed):
+    from huggingface_hub import HfApi
+
+    from grpo_hub.hub import HubNotFoundError, download_adapter
+
+    first_commit = next(c.oid for c in hub.repos[pushed].commits.values() if c.parent is None)
+    HfApi(token=ALICE).create_branch(pushed, branch="empty", revision=first_commit)
+    with pytest.raises(HubNotFoundError, match=rf"{pushed}@empty.*no adapter_config.json"):
+        download_adapter(f"{pushed}@empty", token=ALICE)
+
+
+@pytest.mark.parametrize("revision", ["main", "step-7"])
+def test_connection_dropped_mid_upload_leaves_the_repo_unchanged(hub, pushed, checkpoint, revision):
+    from grpo_hub.hub import HubConnectionError, push_adapter
+
+    repo = hub.repos[pushed]
+    branches, commits = dict(repo.branches), set(repo.commits)
+    hub.drop_next("commit")
+    with pytest.raises(
+        HubConnectionError, match=rf"{pushed}@{revision}.*lost the connection.*run the same command again"
+    ):
+        push_adapter(checkpoint, pushed, revision=revision, token=ALICE, metrics={"reward": 9.0})
+    assert repo.branches == branches, "a half-done push changed the refs (or left its new branch behind)"
+    assert set(repo.commits) == commits
+
+
+def test_bad_arguments_fail_before_any_request(hub, checkpoint, tmp_path):
+    from grpo_hub.hub import parse_spec, pull_adapter, push_adapter
+
+    sent = len(hub.requests)
+    with pytest.raises(ValueError, match="invalid repo id"):
+        push_adapter(checkpoint, "not a repo", token=ALICE)
+    with pytest.raises(ValueError, match="pushes go to a branch"):
+        push_adapter(checkpoint, "alice/x", revision="0" * 40, token=ALICE)
+    with pytest.raises(ValueError, match="holds no adapter_config.json"):
+        push_adapter(tmp_path, "alice/x", token=ALICE)
+    with pytest.raises(ValueError, match="reference adapter"):
+        push_adapter(checkpoint, "alice/x", adapter_name="ref", token=ALICE)
+    with pytest.raises(ValueError, match="invalid adapter spec"):
+        parse_spec("alice/x@a@b")
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "file").write_text("keep me")
+    with pytest.raises(ValueError, match="not empty"):
+        pull_adapter("alice/x", base_model=str(tmp_path), output_dir=tmp_path / "taken", token=ALICE)
+    assert (tmp_path / "taken" / "file").read_text() == "keep me"
+    assert len(hub.requests) == sent
