@@ -14,6 +14,8 @@ built-in task in ~30 GRPO steps (measured in `grpo_hub.tasks`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import shutil
@@ -21,7 +23,7 @@ import string
 import tempfile
 from pathlib import Path
 
-BUILD_VERSION = "v1"
+BUILD_VERSION = "2"  # bump when the build changes in a way the fingerprint does not see
 VOCAB_SIZE = 512
 EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
@@ -40,6 +42,20 @@ MODEL_SHAPE = {
     "max_position_embeddings": 512,
     "initializer_range": 0.3,
 }
+
+
+def build_fingerprint(seed: int) -> str:
+    """Short hash of everything that shapes the build, so a changed recipe never reuses a stale cache."""
+    recipe = {
+        "version": BUILD_VERSION,
+        "vocab": VOCAB_SIZE,
+        "specials": SPECIAL_TOKENS,
+        "chat_template": CHAT_TEMPLATE,
+        "shape": MODEL_SHAPE,
+        "corpus": tokenizer_corpus(seed),
+        "seed": seed,
+    }
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def default_cache_dir() -> Path:
@@ -134,14 +150,16 @@ def _write_model(folder: Path, seed: int) -> None:
 def build_tiny_model(output_dir: str | os.PathLike | None = None, seed: int = 0) -> str:
     """Return a local folder holding the tiny model + tokenizer, building it on first use.
 
-    Default folder: `<cache>/tiny-qwen2-<BUILD_VERSION>-seed<seed>`. A folder that already holds a
+    Default folder: `<cache>/tiny-qwen2-seed<seed>-<build_fingerprint>`. A folder that already holds a
     `config.json` and `model.safetensors` is returned unchanged. Concurrent callers each build into a
     temporary sibling folder; the first rename wins and the others discard their copy.
     """
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"build_tiny_model: `seed` must be a non-negative int, got {seed!r}")
     target = (
-        Path(output_dir) if output_dir else default_cache_dir() / f"tiny-qwen2-{BUILD_VERSION}-seed{seed}"
+        Path(output_dir)
+        if output_dir
+        else default_cache_dir() / f"tiny-qwen2-seed{seed}-{build_fingerprint(seed)}"
     )
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
         return str(target)

@@ -64,6 +64,15 @@ def test_losing_the_rename_race_keeps_the_winner(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shared"]
 
 
+def test_cache_folder_changes_when_the_build_recipe_changes(monkeypatch):
+    import grpo_hub.tiny_model as tiny_model
+
+    before = tiny_model.build_fingerprint(0)
+    assert before == tiny_model.build_fingerprint(0) and before != tiny_model.build_fingerprint(1)
+    monkeypatch.setitem(tiny_model.MODEL_SHAPE, "initializer_range", 0.02)
+    assert tiny_model.build_fingerprint(0) != before
+
+
 @pytest.mark.slow
 def test_two_processes_building_at_once_agree(tmp_path):
     code = "import sys; from grpo_hub.tasks import build_tiny_model; print(build_tiny_model(sys.argv[1]))"
