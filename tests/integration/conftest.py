@@ -49,3 +49,19 @@ def make_trainer(trainer_cls, model_dir, args, reward_funcs=None, dataset=None, 
         processing_class=tokenizer,
         **kwargs,
     )
+
+
+def half_signal_dataset(n: int = 32):
+    """Alternating prompts: "Write only digits: ..." (graded) and "Stay quiet: ..." (constant reward 0)."""
+    from datasets import Dataset
+
+    prompts = [f"Write only digits: {i % 10}" if i % 2 == 0 else f"Stay quiet: {i % 10}" for i in range(n)]
+    return Dataset.from_dict({"prompt": prompts})
+
+
+def half_signal_reward(prompts, completions, completion_ids, **kwargs):
+    """0.0 for "Stay quiet" prompts (zero-signal groups); a completion-dependent value in [0, 1) otherwise."""
+    return [
+        0.0 if p.startswith("Stay") else (sum(ids) % 7) / 7
+        for p, ids in zip(prompts, completion_ids, strict=True)
+    ]
