@@ -116,3 +116,26 @@ def test_bad_arguments_fail_before_any_request(hub, checkpoint, tmp_path):
         pull_adapter("alice/x", base_model=str(tmp_path), output_dir=tmp_path / "taken", token=ALICE)
     assert (tmp_path / "taken" / "file").read_text() == "keep me"
     assert len(hub.requests) == sent
+
+
+def test_pushing_the_same_checkpoint_again_makes_no_new_commit(hub, pushed, checkpoint):
+    from grpo_hub.hub import push_adapter
+
+    head = hub.repos[pushed].branches["main"]
+    again = push_adapter(checkpoint, pushed, token=ALICE)
+    assert again.commit_sha == head and hub.repos[pushed].branches["main"] == head
+
+
+def test_callback_pushes_nothing_from_non_main_processes(hub, trained_run):
+    from types import SimpleNamespace
+
+    from grpo_hub.hub import HubPushCallback
+
+    callback = HubPushCallback("alice/not-rank-zero", token=ALICE)
+    state = SimpleNamespace(is_world_process_zero=False, global_step=2, log_history=[])
+    args = SimpleNamespace(output_dir=str(trained_run["out"]))
+    sent = len(hub.requests)
+    callback.on_train_begin(args, state, None)
+    callback.on_save(args, state, None)
+    callback.on_train_end(args, state, None, model=trained_run["trainer"].model)
+    assert callback.pushed == [] and len(hub.requests) == sent
