@@ -91,7 +91,7 @@ def hub_errors(action: str, repo_id: str, revision: str | None = None):
         if not _is_connection_error(err):
             raise
         raise HubConnectionError(
-            f"{action} {where}: lost the connection to the Hub at {constants.ENDPOINT} ({type(err).__name__}: {err}). "
+            f"{action} {where}: no answer from the Hub at {constants.ENDPOINT}: connection refused, dropped or timed out ({type(err).__name__}: {err}). "
             "Fix: check the network (and HF_ENDPOINT) and run the same command again; a push is a single commit, "
             "so a failed one leaves the repo as it was."
         ) from err

@@ -89,7 +89,7 @@ def test_connection_dropped_mid_upload_leaves_the_repo_unchanged(hub, pushed, ch
     branches, commits = dict(repo.branches), set(repo.commits)
     hub.drop_next("commit")
     with pytest.raises(
-        HubConnectionError, match=rf"{pushed}@{revision}.*lost the connection.*run the same command again"
+        HubConnectionError, match=rf"{pushed}@{revision}.*no answer from the Hub.*run the same command again"
     ):
         push_adapter(checkpoint, pushed, revision=revision, token=ALICE, metrics={"reward": 9.0})
     assert repo.branches == branches, "a half-done push changed the refs (or left its new branch behind)"
@@ -139,3 +139,21 @@ def test_callback_pushes_nothing_from_non_main_processes(hub, trained_run):
     callback.on_save(args, state, None)
     callback.on_train_end(args, state, None, model=trained_run["trainer"].model)
     assert callback.pushed == [] and len(hub.requests) == sent
+
+
+def test_unreachable_hub_is_a_connection_error_naming_the_endpoint(hub, monkeypatch):
+    import socket
+
+    from huggingface_hub import constants
+
+    from grpo_hub.hub import HubConnectionError, download_adapter
+
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setattr(constants, "ENDPOINT", dead)
+    with pytest.raises(
+        HubConnectionError,
+        match=rf"pull alice/anything@main: no answer from the Hub at {dead}: connection refused",
+    ):
+        download_adapter("alice/anything", token=ALICE)
