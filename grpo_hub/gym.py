@@ -306,6 +306,7 @@ def train(cfg: GymGRPOConfig, log_dir: str | Path | None = None, progress: bool 
         )
     bar.close()
     final_eval = float(evaluate(policy, cfg.env_id, cfg.eval_episodes, eval_seed).mean())
+    sampled_eval = float(evaluate(policy, cfg.env_id, cfg.eval_episodes, eval_seed, greedy=False).mean())
     summary = {
         "config": asdict(cfg),
         "solved": solved_at is not None,
@@ -313,6 +314,7 @@ def train(cfg: GymGRPOConfig, log_dir: str | Path | None = None, progress: bool 
         "env_steps": env_steps,
         "wall_s": round(time.perf_counter() - start, 2),
         "final_eval_return": final_eval,
+        "final_sampled_return": sampled_eval,  # same episodes, actions sampled instead of argmax
         "best_eval_return": best_eval,
         "iterations": len(history),
     }

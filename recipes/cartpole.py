@@ -39,14 +39,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 def results_table(summaries: list[dict]) -> str:
     """Markdown: one row per run, then the median steps-to-solve of each variant."""
     lines = [
-        "| variant | seed | solved | env steps to solve | env steps run | wall s | final eval return |",
-        "|---|---|---|---|---|---|---|",
+        "| variant | seed | solved | env steps to solve | env steps run | wall s | greedy eval | sampled eval |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         c = s["config"]
         lines.append(
             f"| {c['variant']} | {c['seed']} | {'yes' if s['solved'] else 'no'} | {s['solved_env_steps'] or '-'} "
-            f"| {s['env_steps']} | {s['wall_s']:.1f} | {s['final_eval_return']:.1f} |"
+            f"| {s['env_steps']} | {s['wall_s']:.1f} | {s['final_eval_return']:.1f} | {s['final_sampled_return']:.1f} |"
         )
     for variant in dict.fromkeys(s["config"]["variant"] for s in summaries):
         runs = [s for s in summaries if s["config"]["variant"] == variant]
