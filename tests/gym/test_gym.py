@@ -190,3 +190,12 @@ def test_recipe_writes_results_table_for_a_sweep(gg, tmp_path):
     table = (tmp_path / "results.md").read_text()
     assert table.count("| process |") == 2 and table.count("| outcome |") == 2
     assert (tmp_path / "outcome-seed1" / "progress.csv").exists()
+
+
+def test_plot_returns_draws_a_png_when_matplotlib_is_installed(gg, tmp_path):
+    runs = {"a": [{"env_steps": 10, "return_mean": 20.0}, {"env_steps": 30, "return_mean": 60.0}]}
+    drawn = gg.plot_returns(runs, tmp_path / "returns.png")
+    assert drawn == (importlib.util.find_spec("matplotlib") is not None)
+    assert (tmp_path / "returns.png").exists() == drawn
+    if drawn:
+        assert (tmp_path / "returns.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
