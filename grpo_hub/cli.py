@@ -2,6 +2,7 @@
 
     grpo-hub push FOLDER OWNER/NAME [--revision main] [--base-model ID] [--private] [--token T]
     grpo-hub pull OWNER/NAME[@REV] [--base-model ID_OR_PATH] [--merge] [--output-dir DIR] [--token T]
+    grpo-hub compare [--host 127.0.0.1] [--port 7860]   (serves the comparison Space until stopped)
 
 Both print one JSON line (repo, revision, pinned commit sha, ...). A failure prints
 `grpo-hub: error: <what went wrong and the fix>` to stderr and exits with status 1.
@@ -69,7 +70,29 @@ def register_pull(subparsers) -> None:
     pull.set_defaults(run=_run_pull)
 
 
-SUBCOMMANDS = (register_push, register_pull)
+def _run_compare(args: argparse.Namespace) -> dict:
+    """Serve spaces_app/app.py until stopped (Ctrl-C); a bad model configuration fails before serving."""
+    try:
+        from spaces_app.app import main as serve
+    except ImportError as err:
+        raise ValueError(f"compare needs gradio ({err}). Fix: pip install 'grpo-hub[space]'.") from err
+    serve(args.host, args.port)
+    return {"served": f"http://{args.host}:{args.port}"}
+
+
+def register_compare(subparsers) -> None:
+    """`grpo-hub compare`: the comparison Space on this machine."""
+    compare = subparsers.add_parser(
+        "compare",
+        help="serve the comparison Space locally: base model vs adapters (GRPO_HUB_BASE_MODEL, GRPO_HUB_ADAPTERS; "
+        "default: the offline tiny model and the adapters in ./outputs)",
+    )
+    compare.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    compare.add_argument("--port", type=int, default=7860, help="port to serve on (default 7860)")
+    compare.set_defaults(run=_run_compare)
+
+
+SUBCOMMANDS = (register_push, register_pull, register_compare)
 
 
 def build_parser() -> argparse.ArgumentParser:

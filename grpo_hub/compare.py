@@ -113,10 +113,10 @@ def parse_adapter_specs(text: str | None) -> tuple[str, ...]:
     return specs
 
 
-def discover_adapters(root: str | os.PathLike) -> tuple[str, ...]:
-    """Adapter folders (holding adapter_config.json) at `root` or one level below, newest first, at most 4.
+def discover_adapters(root: str | os.PathLike, base_model: str) -> tuple[str, ...]:
+    """Adapters of `base_model` at `root` or one level below (training outputs), newest first, at most 4.
 
-    Checkpoint folders and TRL's `ref/` reference adapter are skipped: they are not the trained result.
+    Checkpoint folders, TRL's `ref/` reference adapter and adapters of another base are skipped.
     """
     root = Path(root)
     if not root.is_dir():
@@ -125,7 +125,10 @@ def discover_adapters(root: str | os.PathLike) -> tuple[str, ...]:
     found = [
         p
         for p in candidates
-        if (p / "adapter_config.json").is_file() and p.name != "ref" and not p.name.startswith("checkpoint-")
+        if (p / "adapter_config.json").is_file()
+        and p.name != "ref"
+        and not p.name.startswith("checkpoint-")
+        and _trained_on(p, base_model)
     ]
     found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     return tuple(str(p) for p in found[:MAX_ADAPTERS])
@@ -165,15 +168,24 @@ def _model_name(name_or_path: str) -> str:
     return name_or_path.rstrip("/").split("/")[-1]
 
 
-def check_base_match(adapter_dir: str, base_model: str, spec: str) -> None:
-    """Raise CompareError when the adapter was trained on another base than `base_model`.
+def _base_of(adapter_dir: str | os.PathLike) -> str | None:
+    """The base model an adapter folder names in adapter_config.json (None if it names none)."""
+    return json.loads((Path(adapter_dir) / "adapter_config.json").read_text()).get("base_model_name_or_path")
 
-    Compares adapter_config.json's base_model_name_or_path with `base_model` by name (a Hub id and a local
-    copy in a folder of the same name match; different folders or ids do not).
+
+def _trained_on(adapter_dir: str | os.PathLike, base_model: str) -> bool:
+    """Whether the adapter's recorded base has the same name as `base_model` (True if none is recorded).
+
+    Names are compared, so a Hub id and a local copy in a folder of the same name match.
     """
-    config = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
-    trained_on = config.get("base_model_name_or_path")
-    if trained_on and _model_name(trained_on) != _model_name(base_model):
+    trained_on = _base_of(adapter_dir)
+    return not trained_on or _model_name(trained_on) == _model_name(base_model)
+
+
+def check_base_match(adapter_dir: str, base_model: str, spec: str) -> None:
+    """Raise CompareError when adapter `spec` (in `adapter_dir`) was trained on another base than `base_model`."""
+    if not _trained_on(adapter_dir, base_model):
+        trained_on = _base_of(adapter_dir)
         raise CompareError(
             f"adapter {spec!r} was trained on base {trained_on!r}, not on {base_model!r}: "
             f"set the base model to {trained_on!r} or compare adapters of {base_model!r}"

@@ -1,5 +1,7 @@
-"""`python -m spaces_app`: serve the comparison Space on 127.0.0.1 (see app.py for the configuration)."""
+"""`python -m spaces_app [--host H] [--port P]`: the same as `grpo-hub compare` (serves on 127.0.0.1)."""
 
-from spaces_app.app import main
+import sys
 
-main()
+from grpo_hub.cli import main
+
+sys.exit(main(["compare", *sys.argv[1:]]))

@@ -3,8 +3,8 @@
 Run it: `python app.py` (on a Space), `python -m spaces_app` or `grpo-hub compare` (locally).
 Configuration (environment variables, all optional):
   GRPO_HUB_BASE_MODEL   base model id or folder (default: the offline tiny model of grpo_hub.tasks)
-  GRPO_HUB_ADAPTERS     "owner/name@revision, ./local/folder, ..." (default: adapters found in
-                        GRPO_HUB_OUTPUT_DIR, default "outputs", the training recipe's output folder)
+  GRPO_HUB_ADAPTERS     "owner/name@revision, ./local/folder, ..." (default: the adapters of the base
+                        found in GRPO_HUB_OUTPUT_DIR, default "outputs", where the training recipes save)
   GRPO_HUB_MAX_PROMPT_CHARS, GRPO_HUB_MAX_NEW_TOKENS, GRPO_HUB_MAX_SAMPLES, GRPO_HUB_QUEUE_SIZE  caps
   HF_TOKEN              read access to private adapters
 The comparison itself (loading, seeded generation, rewards, diffs) lives in grpo_hub.compare.
@@ -12,9 +12,7 @@ The comparison itself (loading, seeded generation, rewards, diffs) lives in grpo
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 
 import gradio as gr
 
@@ -54,7 +52,7 @@ def default_config() -> tuple[str, str]:
         base = build_tiny_model()
     adapters = os.environ.get("GRPO_HUB_ADAPTERS")
     if adapters is None:
-        adapters = ", ".join(discover_adapters(os.environ.get("GRPO_HUB_OUTPUT_DIR", "outputs")))
+        adapters = ", ".join(discover_adapters(os.environ.get("GRPO_HUB_OUTPUT_DIR", "outputs"), base))
     return base, adapters
 
 
@@ -106,19 +104,17 @@ def build_demo(base: str, adapters: str) -> gr.Blocks:
     return demo
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Load the configured models (failing early with a clear message), then serve the UI."""
-    parser = argparse.ArgumentParser(prog="grpo-hub compare", description=__doc__.split("\n")[0])
-    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
-    args = parser.parse_args(argv)
+def main(host: str | None = None, port: int | None = None) -> None:
+    """Load the configured models (raising CompareError on a bad configuration), then serve the UI.
+
+    host/port default to GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (set on Spaces), else 127.0.0.1:7860.
+    """
+    host = host or os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1")
+    port = port or int(os.environ.get("GRADIO_SERVER_PORT", "7860"))
     base, adapters = default_config()
-    try:
-        load_bank(base, parse_adapter_specs(adapters))
-    except CompareError as error:
-        sys.exit(f"grpo-hub compare: {error}")
+    load_bank(base, parse_adapter_specs(adapters))
     print(f"base model: {base}\nadapters: {adapters or '(none found; set GRPO_HUB_ADAPTERS)'}", flush=True)
-    build_demo(base, adapters).launch(server_name=args.host, server_port=args.port, css=CSS)
+    build_demo(base, adapters).launch(server_name=host, server_port=port, css=CSS)
 
 
 if __name__ == "__main__":

@@ -81,8 +81,10 @@ def test_default_config_finds_the_recipe_outputs(app, tiny_base, random_adapter,
     assert app.default_config()[1] == "me/a@v1"
 
 
-def test_main_exits_with_the_problem_before_serving(app, tiny_base, monkeypatch):
+def test_cli_compare_reports_a_bad_configuration_before_serving(app, tiny_base, monkeypatch, capsys):
+    from grpo_hub.cli import main
+
     monkeypatch.setenv("GRPO_HUB_BASE_MODEL", tiny_base)
     monkeypatch.setenv("GRPO_HUB_ADAPTERS", "/no/such/adapter")
-    with pytest.raises(SystemExit, match="grpo-hub compare: adapter '/no/such/adapter' not found"):
-        app.main([])
+    assert main(["compare", "--port", "1"]) == 1
+    assert "grpo-hub: error: adapter '/no/such/adapter' not found" in capsys.readouterr().err

@@ -124,15 +124,19 @@ def test_column_html_escapes_and_highlights():
     assert "mean digit_fraction_reward: 0.167" in page and "digit_fraction_reward=0.167" in page
 
 
-def test_discover_adapters_skips_checkpoints_and_reference(tmp_path, random_adapter):
+def test_discover_adapters_keeps_trained_results_of_the_base(
+    tmp_path, tiny_base, random_adapter, foreign_adapter
+):
     import shutil
 
     for name in ("run-a", "run-a/checkpoint-2", "run-a/ref", "run-b"):
         shutil.copytree(random_adapter, tmp_path / name)
+    shutil.copytree(foreign_adapter, tmp_path / "run-other-base")
     (tmp_path / "not-an-adapter").mkdir()
-    found = C.discover_adapters(tmp_path)
+    found = C.discover_adapters(tmp_path, tiny_base)
     assert sorted(found) == [str(tmp_path / "run-a"), str(tmp_path / "run-b")]
-    assert C.discover_adapters(tmp_path / "missing") == ()
+    assert C.discover_adapters(tmp_path, "someone/another-model") == (str(tmp_path / "run-other-base"),)
+    assert C.discover_adapters(tmp_path / "missing", tiny_base) == ()
 
 
 @pytest.mark.parametrize(
