@@ -27,6 +27,7 @@ import yaml
 from tests.hub.fake_hub_store import HubStoreError, Repo, apply_operations, is_lfs_path, new_repo
 
 INVALID_TOKEN = "Invalid credentials in Authorization header"
+MAX_BODY = 64 * 1024 * 1024  # bytes; tests push tiny adapters
 
 
 def _iso(ts: float) -> str:
@@ -267,6 +268,10 @@ def _make_handler(hub: FakeHub):
                 self.rfile.read(length // 2)
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if length > MAX_BODY:
+                self.close_connection = True
+                self._send(413, {"error": f"request body over {MAX_BODY} bytes"}, {})
                 return
             body = self.rfile.read(length) if length else b""
             try:
