@@ -11,6 +11,7 @@ from trl import GRPOConfig
 
 from grpo_hub._compat import check_trl_version
 from grpo_hub.reference import validate_reference_settings
+from grpo_hub.vllm_checks import AGILERL_TOKEN_CAP, check_sampler_matches_trainer, resolve_vllm_is
 
 check_trl_version()
 
@@ -153,6 +154,14 @@ class GRPOHubConfig(GRPOConfig):
             "/_max. None: TRL's behaviour."
         },
     )
+    vllm_is_preset: str | None = field(
+        default=None,
+        metadata={
+            "help": f"'agilerl': AgileRL GRPO's correction, token-level weights clamp(exp(logp_trainer - logp_vllm), "
+            f"max={AGILERL_TOKEN_CAP}) with no lower bound (sets vllm_importance_sampling_mode='token_truncate', "
+            f"vllm_importance_sampling_clip_max={AGILERL_TOKEN_CAP}). None: TRL's mode and bounds as given."
+        },
+    )
 
     # --- Reference adapter (PEFT; see grpo_hub/reference.py) ---
     ref_adapter_sync_on: str = field(
@@ -194,6 +203,7 @@ class GRPOHubConfig(GRPOConfig):
         self._validate_loss_type()
         self._validate_filtering()
         self._apply_presets()
+        resolve_vllm_is(self)
         super().__post_init__()
         self._validate_clip()
         self._validate_loss_agg()
@@ -390,6 +400,7 @@ class GRPOHubConfig(GRPOConfig):
             )
 
     def _validate_vllm_is(self) -> None:
+        check_sampler_matches_trainer(self)
         if self.vllm_is_pooling is None:
             return
         if self.vllm_is_pooling not in VLLM_IS_POOLINGS:

@@ -20,6 +20,7 @@ from grpo_hub._compat import check_trl_seams
 from grpo_hub.config import GRPOHubConfig
 from grpo_hub.filtering import agreed_row_count, keep_rows
 from grpo_hub.reference import attach_reference_adapter, strip_reference_adapter
+from grpo_hub.vllm_runtime import enable_cpu_weight_sync, log_is_diagnostics
 
 check_trl_seams(GRPOTrainer)
 
@@ -46,6 +47,7 @@ class GRPOHubTrainer(GRPOTrainer):
                 f"`args` must be a GRPOHubConfig, got {type(args).__name__}; build a GRPOHubConfig."
             )
         super().__init__(model, reward_funcs, args=args, **kwargs)
+        enable_cpu_weight_sync(self)
         self._check_data_dependent_options(kwargs)
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
         self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
@@ -116,6 +118,7 @@ class GRPOHubTrainer(GRPOTrainer):
             output["advantages"] = self._recompute_advantages(rewards, output, group_size, rank_rows)
         if self.args.vllm_is_pooling == "mean" and "importance_sampling_ratio" in output:
             output["importance_sampling_ratio"] = self._geometric_is_ratio(output)
+        log_is_diagnostics(self, output, mode)
         self._log_advantages(output["advantages"], mode)
         if mode == "train" and self.args.filter_zero_signal:
             zero = adv_fns.zero_signal_mask(rewards, group_size, self.args.zero_signal_eps)

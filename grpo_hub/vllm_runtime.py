@@ -1,0 +1,112 @@
+"""Runtime pieces of vLLM generation: the per-step IS diagnostics and colocate weight sync on vLLM's CPU backend.
+
+Diagnostics (logged every generation step while the correction is on, over all ranks):
+  vllm_is/abs_logp_diff_mean, vllm_is/abs_logp_diff_max  |log π_trainer - log π_sampler| per token
+  vllm_is/kl_k1, vllm_is/kl_k3                            KL(π_sampler || π_trainer) estimates per token
+  vllm_is/frac_truncated or vllm_is/frac_masked           fraction of IS units (tokens, or sequences at
+                                                          sequence level) whose raw weight lies outside
+                                                          [clip_min, clip_max], i.e. that the mode clamps or zeroes
+CPU weight sync: vLLM 0.32's CPU backend repacks each linear weight into a oneDNN handle and frees the
+original parameter, so TRL's per-parameter `model.load_weights` after start-up fails (`'Parameter' object has
+no attribute 'weight_loader'`). vLLM's `reload_weights` restores the layers, loads and repacks them again.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grpo_hub import importance
+
+
+def _is_settings(trainer) -> dict:
+    mode = trainer.vllm_importance_sampling_mode
+    return {
+        "level": "sequence" if mode.startswith("sequence_") else "token",
+        "pooling": trainer.args.vllm_is_pooling or "sum",
+        "mode": "truncate" if mode.endswith("truncate") else "mask",
+    }
+
+
+def local_is_sums(trainer_logp, sampler_logp, mask, *, level, pooling, low, high) -> torch.Tensor:
+    """This rank's [Σ|Δ|, Σk1, Σk3, tokens, IS units, units outside [low, high], max|Δ|] (float64)."""
+    stats = importance.mismatch_stats(trainer_logp, sampler_logp, mask)
+    raw = importance.rollout_is_weights(
+        trainer_logp, sampler_logp, mask, level=level, pooling=pooling, mode="truncate", low=None, high=None
+    )
+    units = mask.bool() if level == "token" else mask.bool().any(dim=-1, keepdim=True)
+    outside = torch.zeros_like(units)
+    if low is not None:
+        outside |= raw < low
+    if high is not None:
+        outside |= raw > high
+    tokens = stats["tokens"]
+    return torch.tensor(
+        [
+            stats["abs_diff_mean"] * tokens,
+            stats["kl_k1"] * tokens,
+            stats["kl_k3"] * tokens,
+            tokens,
+            float(units.sum()),
+            float((outside & units).sum()),
+            stats["abs_diff_max"],
+        ],
+        dtype=torch.float64,
+    )
+
+
+def log_is_diagnostics(trainer, output: dict, mode: str) -> None:
+    """Append the mismatch diagnostics of this generation batch to `trainer._metrics[mode]`."""
+    trainer_logp = output.get("old_per_token_logps")
+    sampler_logp = output.get("sampling_per_token_logps")
+    if trainer_logp is None or sampler_logp is None or not trainer.vllm_importance_sampling_correction:
+        return
+    settings = _is_settings(trainer)
+    mask = output["completion_mask"] * output.get("tool_mask", 1)
+    sums = local_is_sums(
+        trainer_logp,
+        sampler_logp,
+        mask,
+        level=settings["level"],
+        pooling=settings["pooling"],
+        low=trainer.vllm_importance_sampling_clip_min,
+        high=trainer.vllm_importance_sampling_clip_max,
+    )
+    per_rank = trainer.accelerator.gather(sums.unsqueeze(0).to(trainer.accelerator.device)).cpu()
+    total, global_max = per_rank.sum(dim=0), per_rank[:, 6].max().item()
+    tokens, units = max(total[3].item(), 1.0), max(total[4].item(), 1.0)
+    metrics = trainer._metrics[mode]
+    metrics["vllm_is/abs_logp_diff_mean"].append(total[0].item() / tokens)
+    metrics["vllm_is/abs_logp_diff_max"].append(global_max)
+    metrics["vllm_is/kl_k1"].append(total[1].item() / tokens)
+    metrics["vllm_is/kl_k3"].append(total[2].item() / tokens)
+    outside_key = "vllm_is/frac_truncated" if settings["mode"] == "truncate" else "vllm_is/frac_masked"
+    metrics[outside_key].append(total[5].item() / units)
+
+
+def _reload_weights(generation) -> None:
+    generation.llm.collective_rpc(
+        "reload_weights",
+        kwargs={"weights_iterator": generation._iter_named_params(), "is_checkpoint_format": True},
+    )
+    generation.llm.reset_prefix_cache()
+
+
+def enable_cpu_weight_sync(trainer) -> None:
+    """On vLLM's CPU platform in colocate mode, sync weights through vLLM's in-place reload."""
+    generation = getattr(trainer, "vllm_generation", None)
+    if generation is None or generation.mode != "colocate":
+        return
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    if generation.enable_sleep_mode:
+        raise ValueError(
+            "`vllm_enable_sleep_mode`: vLLM's CPU backend has no sleep mode to wake the weights from. "
+            "Fix: set vllm_enable_sleep_mode=False on CPU."
+        )
+    if not hasattr(generation, "_iter_named_params"):
+        raise RuntimeError(
+            "trl's VLLMGeneration lacks `_iter_named_params`; grpo_hub supports trl>=1.16,<1.17."
+        )
+    generation.sync_weights = lambda: _reload_weights(generation)
