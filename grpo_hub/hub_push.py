@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_hub.adapter_files import ADAPTER_CONFIG, adapter_source, trained_adapter_files
+from grpo_hub.adapter_files import ADAPTER_CONFIG, trained_adapter_files
 from grpo_hub.hub_errors import hub_errors
 from grpo_hub.model_card import (
     REWARD_CURVE,
@@ -120,8 +120,6 @@ def push_adapter(
     check_repo_id(repo_id)
     check_branch(revision)
     root = Path(folder)
-    adapter_source(root, adapter_name)  # local input checked before the Hub is touched
-    full_id = create_adapter_repo(repo_id, token=token, private=private)
     files = trained_adapter_files(root, adapter_name=adapter_name, base_model=base_model)
     config_source = files[ADAPTER_CONFIG]
     adapter_config = json.loads(
@@ -135,6 +133,7 @@ def push_adapter(
     if curve is not None:
         files[REWARD_CURVE] = curve
 
+    full_id = create_adapter_repo(repo_id, token=token, private=private)  # after all local input is read
     card = build_model_card(
         repo_id=full_id,
         revision=revision,

@@ -96,6 +96,23 @@ def test_connection_dropped_mid_upload_leaves_the_repo_unchanged(hub, pushed, ch
     assert set(repo.commits) == commits
 
 
+def _ref_only_adapter(checkpoint, folder):
+    """A copy of `checkpoint`'s adapter whose weights are all named as TRL's "ref" adapter."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder.mkdir()
+    shutil.copy(checkpoint / "adapter_config.json", folder)
+    weights = load_file(str(checkpoint / "adapter_model.safetensors"))
+    renamed = {
+        k.replace(".lora_A.", ".lora_A.ref.").replace(".lora_B.", ".lora_B.ref."): v
+        for k, v in weights.items()
+    }
+    save_file(renamed, str(folder / "adapter_model.safetensors"))
+    return folder
+
+
 def test_bad_arguments_fail_before_any_request(hub, checkpoint, tmp_path):
     from grpo_hub.hub import parse_spec, pull_adapter, push_adapter
 
@@ -108,6 +125,8 @@ def test_bad_arguments_fail_before_any_request(hub, checkpoint, tmp_path):
         push_adapter(tmp_path, "alice/x", token=ALICE)
     with pytest.raises(ValueError, match="reference adapter"):
         push_adapter(checkpoint, "alice/x", adapter_name="ref", token=ALICE)
+    with pytest.raises(ValueError, match="none named 'default'"):  # weights hold only TRL's "ref" adapter
+        push_adapter(_ref_only_adapter(checkpoint, tmp_path / "ref-only"), "alice/x", token=ALICE)
     with pytest.raises(ValueError, match="invalid adapter spec"):
         parse_spec("alice/x@a@b")
     (tmp_path / "taken").mkdir()
