@@ -1,0 +1,167 @@
+"""recipes/grpo.py: default run (subprocess, learns), every YAML parses, few-step runs of each CPU config, CLI errors."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.distributed.launch import free_port, launch_env
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RECIPE = REPO_ROOT / "recipes" / "grpo.py"
+CONFIGS = REPO_ROOT / "recipes" / "configs"
+CPU_CONFIGS = ("grpo", "gspo", "cispo", "filtered", "ref-refresh")
+ALL_CONFIGS = (*CPU_CONFIGS, "vllm-colocate", "qwen2.5-0.5b-math")
+
+
+def load_recipe():
+    """Import recipes/grpo.py as a module (recipes/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("grpo_recipe", RECIPE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def recipe():
+    return load_recipe()
+
+
+def parse(recipe, *argv):
+    return recipe.make_parser().parse_args_and_config(list(argv))
+
+
+def launch(tmp_path, *args, accelerate_config=None, timeout=600):
+    """`accelerate launch recipes/grpo.py ARGS --output_dir tmp/out`; return (summary dict, output dir)."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
+    if accelerate_config:
+        command += ["--config_file", str(REPO_ROOT / "recipes" / "accelerate" / accelerate_config)]
+    else:
+        command += [
+            "--num_processes",
+            "1",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+        ]
+    command += [str(RECIPE), *args, "--output_dir", str(out)]
+    proc = subprocess.run(
+        command, cwd=tmp_path, env=launch_env(), capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert "GRPO done:" in proc.stdout
+    return json.loads((out / "run_summary.json").read_text()), out
+
+
+@pytest.mark.slow
+def test_default_run_learns_and_saves_the_adapter(tmp_path):
+    summary, out = launch(tmp_path)
+    assert summary["task"] == "digits" and summary["peft"] is True
+    assert summary["steps"] == 30 and summary["world_size"] == 1 and len(summary["rewards"]) == 30
+    assert summary["reward_last"] > summary["reward_first"] + 0.3, summary
+    assert (out / "adapter_model.safetensors").is_file() and (out / "adapter_config.json").is_file()
+    assert not (out / "ref").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_cpu_ranks_with_the_ddp_accelerate_config(tmp_path):
+    summary, out = launch(tmp_path, "--max_steps", "4", accelerate_config="cpu-ddp.yaml")
+    assert summary["world_size"] == 2 and summary["steps"] == 4
+    assert (out / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("name", ALL_CONFIGS)
+def test_every_config_parses(recipe, name):
+    recipe_args, training_args, model_args = parse(recipe, "--config", str(CONFIGS / f"{name}.yaml"))
+    assert model_args.use_peft and training_args.output_dir.startswith("outputs/")
+    expected = {
+        "gspo": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4},
+        "cispo": {"loss_type": "cispo", "epsilon_high": 5.0},
+        "filtered": {"filter_zero_signal": True, "whiten_advantages": True, "adv_clip_range": 2.0},
+        "ref-refresh": {"ref_adapter_sync_on": "steps", "ref_adapter_sync_steps": 10, "beta": 0.04},
+        "vllm-colocate": {"use_vllm": True, "vllm_mode": "colocate"},
+        "qwen2.5-0.5b-math": {"use_vllm": True, "max_completion_length": 512},
+    }.get(name, {"loss_type": "dapo", "learning_rate": 3e-2})
+    assert {k: getattr(training_args, k) for k in expected} == expected
+    if name == "qwen2.5-0.5b-math":
+        assert recipe_args.task == "gsm8k" and recipe_args.dataset_name == "openai/gsm8k"
+        assert model_args.model_name_or_path == "Qwen/Qwen2.5-0.5B-Instruct"
+    else:
+        assert recipe_args.task == "digits" and model_args.model_name_or_path is None
+
+
+def test_cli_overrides_the_yaml(recipe):
+    _, training_args, _ = parse(recipe, "--config", str(CONFIGS / "grpo.yaml"), "--max_steps", "7")
+    assert training_args.max_steps == 7
+
+
+@pytest.mark.parametrize("name", CPU_CONFIGS)
+def test_each_cpu_config_runs_a_few_steps(recipe, name, tmp_path):
+    args = parse(
+        recipe,
+        "--config", str(CONFIGS / f"{name}.yaml"),
+        "--max_steps", "2", "--num_prompts", "32", "--output_dir", str(tmp_path),
+        "--use_cpu", "true", "--bf16", "false",
+    )  # fmt: skip
+    summary = recipe.main(*args)
+    generations = 2 // args[1].num_iterations  # rewards are logged on the steps that generate
+    assert summary["steps"] == 2 and len(summary["rewards"]) == generations
+    assert all(0.0 <= r <= 1.0 for r in summary["rewards"])
+    assert json.loads((tmp_path / "run_summary.json").read_text()) == summary
+    assert (tmp_path / "adapter_model.safetensors").is_file() and not (tmp_path / "ref").exists()
+
+
+def test_unknown_task_is_a_clear_cli_error(recipe, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse(recipe, "--task", "chess")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--task" in err and "invalid choice" in err and "digits" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["--num_prompts", "0"], "--num_prompts"),
+        (["--loss_type", "ppo"], "`loss_type`"),
+        (
+            [
+                "--config",
+                str(CONFIGS / "grpo.yaml"),
+                "--filter_zero_signal",
+                "true",
+                "--num_generations",
+                "1",
+            ],
+            "num_generations",
+        ),
+    ],
+)
+def test_bad_values_name_the_flag(recipe, argv, names):
+    with pytest.raises(ValueError, match=names):
+        parse(recipe, *argv)
+
+
+def test_gsm8k_without_dataset_name_names_the_flag(recipe, tmp_path):
+    args = parse(recipe, "--task", "gsm8k", "--output_dir", str(tmp_path))
+    with pytest.raises(ValueError, match="dataset_name"):
+        recipe.main(*args)
+
+
+def test_reward_trend_windows(recipe):
+    assert recipe.reward_trend([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]) == pytest.approx(
+        (0.2, 0.8)
+    )
+    assert recipe.reward_trend([0.0, 1.0]) == (0.0, 1.0)
+    assert recipe.reward_trend([0.5]) == (0.5, 0.5)
+    with pytest.raises(ValueError, match="logging_steps"):
+        recipe.reward_trend([])
