@@ -75,16 +75,20 @@ def should_refresh_at_step(sync_on: str, sync_steps: int, global_step: int) -> b
     return sync_on == "steps" and global_step > 0 and global_step % sync_steps == 0
 
 
+def in_adapter(param_name: str, adapter: str) -> bool:
+    """True when `adapter` is a whole dotted path component of `param_name` (PEFT keys tensors by adapter)."""
+    return adapter in param_name.split(".")
+
+
 def swap_adapter_name(param_name: str, source: str, target: str) -> str | None:
     """Replace the dotted path component `source` by `target`; None when `source` is not a component.
 
     `...q_proj.lora_A.default.weight` -> `...q_proj.lora_A.ref.weight`; `...hada_w1_a.default` (LoHa,
     a ParameterDict entry) -> `...hada_w1_a.ref`.
     """
-    parts = param_name.split(".")
-    if source not in parts:
+    if not in_adapter(param_name, source):
         return None
-    return ".".join(target if part == source else part for part in parts)
+    return ".".join(target if part == source else part for part in param_name.split("."))
 
 
 def _full_shape(param: torch.Tensor) -> torch.Size:
@@ -154,7 +158,7 @@ def paired_parameters(
         else:
             pairs.append((ref_name, param, ref_param))
     paired_refs = {ref_name for ref_name, _, _ in pairs}
-    unpaired += [n for n in params if swap_adapter_name(n, ref, ref) is not None and n not in paired_refs]
+    unpaired += [n for n in params if in_adapter(n, ref) and n not in paired_refs]
     if unpaired or not pairs:
         raise ValueError(
             f"Adapters {trained!r} and {ref!r} do not pair tensor by tensor (unpaired: {unpaired[:4]}); the "
@@ -167,7 +171,7 @@ def freeze_reference_adapter(model, ref: str = REF_ADAPTER) -> int:
     """Set requires_grad=False on every tensor of adapter `ref`; return how many tensors were frozen."""
     frozen = 0
     for name, param in model.named_parameters():
-        if swap_adapter_name(name, ref, ref) is not None:
+        if in_adapter(name, ref):
             param.requires_grad_(False)
             frozen += 1
     return frozen
