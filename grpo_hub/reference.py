@@ -13,7 +13,8 @@ wrapped PeftModel with beta != 0, and `sync_ref_model=True` with PEFT raises Not
   `ref <- alpha * trained + (1 - alpha) * ref` (alpha = 1: hard copy), the same update TRL's
   SyncRefModelCallback applies to a full reference model (TD-MPC / "ref_model_mixup_alpha").
   For factorised adapters (LoRA's B·A, LoHa, LoKr, VeRA) an EMA of the factors is not the EMA of the
-  weight delta: B·A mixes into the delta plus alpha(1-alpha)(B-B_ref)(A-A_ref). Hard copies are exact.
+  weight delta: the new LoRA delta is alpha·BA + (1-alpha)·B_ref·A_ref - alpha(1-alpha)(B-B_ref)(A-A_ref).
+  Hard copies are exact.
 * Under DeepSpeed ZeRO-3 the paired tensors are gathered with `GatheredParameters(modifier_rank=0)`,
   so rank 0's result is re-partitioned to every rank; tensors that are not ZeRO partitions (DDP, or
   adapters added after the engine was built) are broadcast from rank 0. Every rank ends identical.

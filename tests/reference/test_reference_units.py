@@ -212,3 +212,24 @@ def test_strip_reference_adapter_keeps_trained_adapter(tmp_path):
 def test_callback_rejects_bad_settings():
     with pytest.raises(ValueError, match="ref_adapter_mixup_alpha"):
         ReferenceAdapterCallback(sync_on="steps", sync_steps=2, mixup_alpha=2.0)
+
+
+def test_lora_ema_delta_follows_documented_identity():
+    """EMA of the factors: B'A' = a*BA + (1-a)*Br*Ar - a(1-a)(B-Br)(A-Ar), as the docs state."""
+    model = tiny_peft_model()
+    add_reference_adapter(model)
+    _perturb_trained(model, scale=0.2)
+    layer = model.base_model.model.model.layers[0].self_attn.q_proj
+    a_t, b_t = (
+        layer.lora_A["default"].weight.detach().clone(),
+        layer.lora_B["default"].weight.detach().clone(),
+    )
+    a_r, b_r = (
+        layer.lora_A[REF_ADAPTER].weight.detach().clone(),
+        layer.lora_B[REF_ADAPTER].weight.detach().clone(),
+    )
+    refresh_reference_adapter(model, alpha=0.25)
+    new_delta = layer.lora_B[REF_ADAPTER].weight @ layer.lora_A[REF_ADAPTER].weight
+    expected = 0.25 * b_t @ a_t + 0.75 * b_r @ a_r - 0.25 * 0.75 * (b_t - b_r) @ (a_t - a_r)
+    torch.testing.assert_close(new_delta.detach(), expected, rtol=0, atol=1e-6)
+    assert not torch.allclose(new_delta.detach(), 0.25 * b_t @ a_t + 0.75 * b_r @ a_r, atol=1e-6)
