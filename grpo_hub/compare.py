@@ -192,41 +192,59 @@ def check_base_match(adapter_dir: str, base_model: str, spec: str) -> None:
         )
 
 
+def _is_out_of_memory(error: BaseException) -> bool:
+    """True for accelerator OOM (torch.OutOfMemoryError), MemoryError and the CPU allocator's failure."""
+    import torch
+
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(error)
+
+
 class ModelBank:
     """The base model and its adapters, loaded once; `generate` runs one column at a time under a lock."""
 
     def __init__(self, base_model: str, adapter_specs: tuple[str, ...]):
-        """Load tokenizer + base (never trust_remote_code), then each adapter as a named PEFT adapter."""
-        from peft import PeftModel
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
+        """Load the base (never trust_remote_code), then each adapter as a named PEFT adapter on it."""
         if len(adapter_specs) > MAX_ADAPTERS:
             raise CompareError(f"{len(adapter_specs)} adapters given; at most {MAX_ADAPTERS}: drop some")
         self.base_model = base_model
         self.labels = (BASE_LABEL, *adapter_specs)
         self._lock = threading.Lock()
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(base_model, trust_remote_code=False)
-            model = AutoModelForCausalLM.from_pretrained(base_model, trust_remote_code=False)
-        except OSError as error:
-            raise CompareError(f"cannot load base model {base_model!r}: {error}") from error
+        model, self.tokenizer = self._load_base(base_model)
         folders = [resolve_adapter(spec) for spec in adapter_specs]
         for spec, folder in zip(adapter_specs, folders, strict=True):
             check_base_match(folder, base_model, spec)
         for index, folder in enumerate(folders):
-            name = (
-                f"adapter{index}"  # PEFT names become module keys: a spec's '/', '.' and '@' are not allowed
-            )
-            try:
-                if index == 0:
-                    model = PeftModel.from_pretrained(model, folder, adapter_name=name)
-                else:
-                    model.load_adapter(folder, adapter_name=name)
-            except (RuntimeError, ValueError, KeyError) as error:
-                raise CompareError(
-                    f"adapter {adapter_specs[index]!r} does not fit {base_model!r}: {error}"
-                ) from error
+            model = self._add_adapter(model, index, folder)
         self.model = model.eval()
+
+    @staticmethod
+    def _load_base(base_model: str):
+        """(model, tokenizer) of `base_model`; a folder or id that holds no model is a CompareError."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        try:
+            model = AutoModelForCausalLM.from_pretrained(base_model, trust_remote_code=False)
+            tokenizer = AutoTokenizer.from_pretrained(base_model, trust_remote_code=False)
+        except (OSError, ValueError) as error:
+            raise CompareError(
+                f"cannot load base model {base_model!r}: {error}. Give a causal LM folder or Hub id"
+            ) from error
+        return model, tokenizer
+
+    def _add_adapter(self, model, index: int, folder: str):
+        """Load the adapter in `folder` as "adapter<index>" (PEFT names become module keys: no '/', '.', '@')."""
+        from peft import PeftModel
+
+        name = f"adapter{index}"
+        try:
+            if index == 0:
+                return PeftModel.from_pretrained(model, folder, adapter_name=name)
+            model.load_adapter(folder, adapter_name=name)
+            return model
+        except (RuntimeError, ValueError, KeyError) as error:
+            raise CompareError(
+                f"adapter {self.labels[index + 1]!r} does not fit base {self.base_model!r}: {error}"
+            ) from error
 
     def generate(self, column: int, prompt: str, sampling: Sampling) -> list[str]:
         """`sampling.n` completions of `prompt` by column `column` (0 = base), seeded with `sampling.seed`."""
@@ -244,7 +262,9 @@ class ModelBank:
                 else:
                     self.model.set_adapter(f"adapter{column - 1}")
                     output = self._call_generate(inputs, sampling.n, options)
-            except (torch.OutOfMemoryError, MemoryError) as error:
+            except (RuntimeError, MemoryError) as error:
+                if not _is_out_of_memory(error):
+                    raise
                 raise CompareError(
                     f"out of memory generating for {self.labels[column]!r}: lower n samples or max new tokens"
                 ) from error

@@ -56,19 +56,27 @@ def default_config() -> tuple[str, str]:
     return base, adapters
 
 
+def read_sampling(temperature, top_p, max_new_tokens, seed, n) -> Sampling:
+    """Sampling from the UI controls; an empty or non-numeric control is a CompareError."""
+    try:
+        return Sampling(float(temperature), float(top_p), int(max_new_tokens), int(seed), int(n))
+    except (TypeError, ValueError) as error:
+        raise CompareError(
+            f"every sampling control needs a number ({error}): fill in the empty one"
+        ) from error
+
+
 def run_compare(base, adapters, prompt, temperature, top_p, max_new_tokens, seed, n, rewards):
     """Gradio handler: one HTML column per model (base first); unused column slots are hidden."""
-    limits = Limits.from_env()
     try:
-        sampling = Sampling(float(temperature), float(top_p), int(max_new_tokens), int(seed), int(n))
+        sampling = read_sampling(temperature, top_p, max_new_tokens, seed, n)
         bank = load_bank(base.strip(), parse_adapter_specs(adapters))
-        columns = compare(bank, prompt, sampling, list(rewards or []), limits)
+        columns = compare(bank, prompt, sampling, list(rewards or []), Limits.from_env())
     except CompareError as error:
         raise gr.Error(str(error)) from error
     html = [column_html(column) for column in columns]
-    return [gr.HTML(value=h, visible=True) for h in html] + [
-        gr.HTML(value="", visible=False) for _ in range(MAX_ADAPTERS + 1 - len(html))
-    ]
+    hidden = [gr.HTML(value="", visible=False) for _ in range(MAX_ADAPTERS + 1 - len(html))]
+    return [gr.HTML(value=h, visible=True) for h in html] + hidden
 
 
 def build_demo(base: str, adapters: str) -> gr.Blocks:

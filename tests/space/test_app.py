@@ -53,6 +53,7 @@ def test_handler_shows_one_column_per_model_and_hides_the_rest(app, tiny_base, r
         ("/no/such/adapter", "Write only digits: 1", 2, "not found: no such folder"),
         ("", "Write only digits: 1", 99, "n samples 99"),
         ("", "", 2, "prompt is empty"),
+        ("", "Write only digits: 1", None, "every sampling control needs a number"),
     ],
 )
 def test_handler_turns_problems_into_gradio_errors(app, tiny_base, adapters, prompt, n, match):

@@ -1,5 +1,6 @@
 """Function-level tests of grpo_hub.compare on the offline tiny model (no gradio needed)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -206,12 +207,46 @@ def test_limits_come_from_the_environment(monkeypatch):
         C.Limits.from_env()
 
 
-def test_out_of_memory_becomes_a_clear_error(tiny_base, random_adapter, monkeypatch):
+@pytest.mark.parametrize(
+    "error",
+    [
+        torch.OutOfMemoryError("CUDA out of memory"),
+        RuntimeError("DefaultCPUAllocator: can't allocate memory"),
+    ],
+)
+def test_out_of_memory_becomes_a_clear_error(tiny_base, random_adapter, monkeypatch, error):
     bank = C.ModelBank(tiny_base, (random_adapter,))
 
     def out_of_memory(*args, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory")
+        raise error
 
     monkeypatch.setattr(bank.model, "generate", out_of_memory)
     with pytest.raises(C.CompareError, match="out of memory generating for 'base': lower n samples"):
         C.compare(bank, PROMPT, SAMPLING, REWARDS)
+
+
+def test_other_runtime_errors_are_not_called_out_of_memory(tiny_base, monkeypatch):
+    bank = C.ModelBank(tiny_base, ())
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(bank.model, "generate", broken)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        C.compare(bank, PROMPT, SAMPLING, REWARDS)
+
+
+def test_adapter_that_does_not_fit_the_base_is_named(tiny_base, random_adapter, tmp_path):
+    import shutil
+
+    shutil.copytree(random_adapter, tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    config["target_modules"] = ["no_such_proj"]
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(C.CompareError, match=f"adapter '{tmp_path / 'adapter'}' does not fit base"):
+        C.ModelBank(tiny_base, (random_adapter, str(tmp_path / "adapter")))
+
+
+def test_folder_without_a_model_is_not_a_base(tmp_path):
+    with pytest.raises(C.CompareError, match="cannot load base model .*Give a causal LM folder or Hub id"):
+        C.ModelBank(str(tmp_path), ())
