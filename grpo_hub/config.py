@@ -25,6 +25,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 OWN_PATH_LOSS_TYPES = ("grpo", "dapo", "cispo")
 ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
 VLLM_IS_POOLINGS = ("sum", "mean")
+DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
 
 TRL_EPSILON = 0.2
 GSPO_EPSILON, GSPO_EPSILON_HIGH = 3e-4, 4e-4  # GSPO paper, section 5.1
@@ -145,6 +146,38 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
+    # --- Dynamic sampling (DAPO; grpo_hub/dynamic_sampling.py) ---
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO dynamic sampling: while the generation batch holds fewer than dynamic_sampling_target_groups "
+            "informative groups (reward spread > zero_signal_eps), generate the next generation batch of prompts from "
+            "the training dataloader and add it, at most dynamic_sampling_max_rounds times; then train on the first "
+            "target informative groups. Implies filter_zero_signal. One optimizer step consumes 1 + rounds "
+            "generation batches, so an epoch has fewer steps (see the README)."
+        },
+    )
+    dynamic_sampling_target_groups: int | None = field(
+        default=None,
+        metadata={
+            "help": "Informative groups (all ranks together) each generation batch trains on. None: the groups of one "
+            "generation batch, generation_batch_size / num_generations."
+        },
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=4,
+        metadata={
+            "help": "Extra generation rounds at most per generation batch (0 = plain zero-signal filtering)."
+        },
+    )
+    dynamic_sampling_on_cap: str = field(
+        default="train",
+        metadata={
+            "help": "When the rounds run out short of the target: 'train' on the informative groups collected (metric "
+            "dynamic/cap_hit), or 'error' (raise, as verl does)."
+        },
+    )
+
     # --- vLLM importance-sampling correction ---
     vllm_is_pooling: str | None = field(
         default=None,
@@ -207,6 +240,7 @@ class GRPOHubConfig(GRPOConfig):
         super().__post_init__()
         self._validate_clip()
         self._validate_loss_agg()
+        self._validate_dynamic_sampling()
         self._validate_rewards()
         self._validate_advantages()
         self._validate_vllm_is()
@@ -252,6 +286,52 @@ class GRPOHubConfig(GRPOConfig):
                 f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
                 "set num_generations >= 2 or filter_zero_signal=False.",
             )
+
+    def _validate_dynamic_sampling(self) -> None:
+        """Dynamic sampling options (after TRL's __post_init__, which resolves generation_batch_size)."""
+        if self.dynamic_sampling_on_cap not in DYNAMIC_SAMPLING_ON_CAP:
+            _fail(
+                "dynamic_sampling_on_cap",
+                f"{self.dynamic_sampling_on_cap!r} is not supported.",
+                f"use one of {DYNAMIC_SAMPLING_ON_CAP}.",
+            )
+        if self.dynamic_sampling_max_rounds < 0:
+            _fail(
+                "dynamic_sampling_max_rounds",
+                f"must be >= 0, got {self.dynamic_sampling_max_rounds}.",
+                "use e.g. 4.",
+            )
+        target = self.dynamic_sampling_target_groups
+        if target is not None and not self.dynamic_sampling:
+            _fail(
+                "dynamic_sampling_target_groups",
+                "has no effect without dynamic_sampling.",
+                "set dynamic_sampling=True.",
+            )
+        if not self.dynamic_sampling:
+            return
+        if self.num_generations < 2:
+            _fail(
+                "dynamic_sampling",
+                f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
+                "set num_generations >= 2.",
+            )
+        if self.zero_signal_normalizer != "kept":
+            _fail(
+                "zero_signal_normalizer",
+                "'all' (the unfiltered batch) is not defined across dynamic-sampling rounds.",
+                "use zero_signal_normalizer='kept' (DAPO normalises over the trained batch).",
+            )
+        groups_per_batch = self.generation_batch_size // self.num_generations
+        reachable = (1 + self.dynamic_sampling_max_rounds) * groups_per_batch
+        if target is not None and not 1 <= target <= reachable:
+            _fail(
+                "dynamic_sampling_target_groups",
+                f"must be in [1, {reachable}] ((1 + dynamic_sampling_max_rounds) x {groups_per_batch} groups per "
+                f"generation batch), got {target}.",
+                "lower the target or raise dynamic_sampling_max_rounds.",
+            )
+        self.filter_zero_signal = True
 
     def _apply_presets(self) -> None:
         """Resolve the gspo/cispo presets and the None defaults onto TRL's own fields."""

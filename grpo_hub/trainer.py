@@ -18,6 +18,7 @@ from grpo_hub import advantages as adv_fns
 from grpo_hub import importance, losses
 from grpo_hub._compat import check_trl_seams
 from grpo_hub.config import GRPOHubConfig
+from grpo_hub.dynamic_sampling import DynamicSampler
 from grpo_hub.filtering import agreed_row_count, keep_rows
 from grpo_hub.reference import attach_reference_adapter, strip_reference_adapter
 from grpo_hub.vllm_runtime import enable_cpu_weight_sync, log_is_diagnostics
@@ -52,6 +53,7 @@ class GRPOHubTrainer(GRPOTrainer):
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
         self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
+        self._dynamic_sampler = DynamicSampler(self) if args.dynamic_sampling else None
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """TRL's save, without PEFT's frozen `ref/` adapter folder unless `ref_adapter_save` (grpo_hub.reference)."""
@@ -104,8 +106,25 @@ class GRPOHubTrainer(GRPOTrainer):
         self._scored_rewards = rewards_per_func
         return rewards_per_func
 
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """transformers' prefetch of one optimizer step; dynamic sampling reads more from the same iterator."""
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self._dynamic_sampler is not None:
+            self._dynamic_sampler.stream.note_pulled(epoch_iterator, len(batch_samples))
+        return batch_samples, num_items_in_batch
+
     # --- seam 2: the scored batch ---
     def _generate_and_score_completions(self, inputs):
+        if self.model.training and self._dynamic_sampler is not None:
+            return self._dynamic_sampler.collect(inputs)  # refill rounds, then the filter over all of them
+        output, zero = self._score_round(inputs)
+        if self.model.training and self.args.filter_zero_signal:
+            rank = self.accelerator.process_index
+            output = self._drop_rows(output, ~zero[rank * len(inputs) : (rank + 1) * len(inputs)])
+        return output
+
+    def _score_round(self, inputs):
+        """TRL's scored batch with grpo_hub's edits (no row dropped), and the (all ranks' rows,) zero-signal mask."""
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
@@ -120,10 +139,8 @@ class GRPOHubTrainer(GRPOTrainer):
             output["importance_sampling_ratio"] = self._geometric_is_ratio(output)
         log_is_diagnostics(self, output, mode)
         self._log_advantages(output["advantages"], mode)
-        if mode == "train" and self.args.filter_zero_signal:
-            zero = adv_fns.zero_signal_mask(rewards, group_size, self.args.zero_signal_eps)
-            output = self._drop_rows(output, ~zero[rank_rows].to(output["advantages"].device))
-        return output
+        zero = adv_fns.zero_signal_mask(rewards, group_size, self.args.zero_signal_eps)
+        return output, zero.to(output["advantages"].device)
 
     def _weighted_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """TRL's scalar reward: weighted nansum of the reward functions, NaN where none scored the row."""
