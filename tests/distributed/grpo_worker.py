@@ -94,9 +94,7 @@ def build_trainer(args: argparse.Namespace, config, scored: Counter):
     if args.lora:
         from peft import LoraConfig
 
-        peft_config = LoraConfig(
-            r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
-        )
+        peft_config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
     prompts_per_rank = PROMPTS_PER_RANK * args.grad_accum  # per generation batch
     n_prompts = args.max_steps * WORLD_SIZE * prompts_per_rank
     return trainer_cls(

@@ -2,10 +2,13 @@
 
 With `shuffle_dataset=False`, TRL's RepeatSampler walks the prompts in order and accelerate hands each
 rank a contiguous slice of every generation batch: with `prompts_per_rank` prompts per rank and 2 ranks,
-rank 0 gets prompts [0, p), rank 1 gets [p, 2p), then rank 0 [2p, 3p), ... . "rank1-flat" places a
-"flat" prompt (constant reward, so zero-signal) at every rank-1 position and a "live" prompt (reward
-that varies within a group) at every rank-0 position; "all-flat" makes every prompt flat. Each rank
-records which kinds it scored, so the test checks that the layout really landed as intended.
+rank 0 gets prompts [0, p), rank 1 gets [p, 2p), then rank 0 [2p, 3p), ... . The crafted scenarios put a
+"flat" prompt (constant reward, so zero-signal) at every rank-1 position and a "live" prompt at every
+rank-0 position:
+- "rank1-flat": live reward = visible length of the completion / 100 (varies within almost every group);
+- "task-rank1-flat": live reward = the built-in task's reward (logged as `rewards/task_on_live/mean`);
+- "all-flat": every prompt flat.
+Each rank records which kinds it scored, so the tests check that the layout really landed as intended.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections import Counter
 
 from grpo_hub.tasks import DEFAULT_TASK, get_reward_funcs, load_task_dataset
 
-SCENARIOS = ("task", "rank1-flat", "all-flat")
+SCENARIOS = ("task", "rank1-flat", "task-rank1-flat", "all-flat")
 FLAT_REWARD = 0.5
 
 
@@ -36,21 +39,30 @@ def build_dataset(scenario: str, n_prompts: int, prompts_per_rank: int, seed: in
 
 def build_rewards(scenario: str, scored: Counter):
     """Reward functions for `scenario`; every call counts the kinds this rank scored into `scored`."""
+    task_reward = get_reward_funcs(DEFAULT_TASK)[0]
     if scenario == "task":
-        task_rewards = get_reward_funcs(DEFAULT_TASK)
 
-        def task_reward(prompts, completions, **kwargs):
+        def counted_task_reward(prompts, completions, **kwargs):
             scored["task"] += len(completions)
-            return task_rewards[0](prompts, completions, **kwargs)
+            return task_reward(prompts, completions, **kwargs)
 
-        return [task_reward, *task_rewards[1:]]
+        return [counted_task_reward]
 
-    def crafted_reward(prompts, completions, kind, **kwargs):
-        """Live rows: visible length of the completion / 100 (varies within a group); flat rows: constant."""
+    def flat_constant(prompts, completions, kind, **kwargs):
+        """Flat rows: a constant; live rows: None (scored by the other function)."""
         scored.update(kind)
+        return [FLAT_REWARD if row_kind == "flat" else None for row_kind in kind]
+
+    def live_length(prompts, completions, kind, **kwargs):
+        """Live rows: visible length / 100 (varies within a group); flat rows: None."""
         return [
-            len("".join(text.split())) / 100 if row_kind == "live" else FLAT_REWARD
-            for text, row_kind in zip(completions, kind, strict=True)
+            len("".join(text.split())) / 100 if k == "live" else None
+            for text, k in zip(completions, kind, strict=True)
         ]
 
-    return [crafted_reward]
+    def task_on_live(prompts, completions, kind, **kwargs):
+        """Live rows: the built-in task's reward; flat rows: None."""
+        rewards = task_reward(prompts, completions, **kwargs)
+        return [reward if k == "live" else None for reward, k in zip(rewards, kind, strict=True)]
+
+    return [flat_constant, task_on_live if scenario == "task-rank1-flat" else live_length]
