@@ -1,7 +1,10 @@
 """recipes/grpo.py: default run (subprocess, learns), every YAML parses, few-step runs of each CPU config, CLI errors."""
 
+import contextlib
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +38,30 @@ def parse(recipe, *argv):
     return recipe.make_parser().parse_args_and_config(list(argv))
 
 
+def run_isolated(command, cwd, env, timeout) -> str:
+    """Run `command` in its own process group; kill the whole group afterwards (ranks, vLLM engines)."""
+    proc = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        raise AssertionError(f"timed out after {timeout}s:\n{output[-6000:]}") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, output[-6000:]
+    return output
+
+
 def launch(tmp_path, *args, accelerate_config=None, timeout=600):
     """`accelerate launch recipes/grpo.py ARGS --output_dir tmp/out`; return (summary dict, output dir)."""
     out = tmp_path / "out"
@@ -42,22 +69,9 @@ def launch(tmp_path, *args, accelerate_config=None, timeout=600):
     if accelerate_config:
         command += ["--config_file", str(REPO_ROOT / "recipes" / "accelerate" / accelerate_config)]
     else:
-        command += [
-            "--num_processes",
-            "1",
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-        ]
+        command += ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no"]
     command += [str(RECIPE), *args, "--output_dir", str(out)]
-    proc = subprocess.run(
-        command, cwd=tmp_path, env=launch_env(), capture_output=True, text=True, timeout=timeout
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    assert "GRPO done:" in proc.stdout
+    assert "GRPO done:" in run_isolated(command, tmp_path, launch_env(), timeout)
     return json.loads((out / "run_summary.json").read_text()), out
 
 
@@ -76,6 +90,23 @@ def test_default_run_learns_and_saves_the_adapter(tmp_path):
 def test_two_cpu_ranks_with_the_ddp_accelerate_config(tmp_path):
     summary, out = launch(tmp_path, "--max_steps", "4", accelerate_config="cpu-ddp.yaml")
     assert summary["world_size"] == 2 and summary["steps"] == 4
+    assert (out / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_vllm_colocate_config_runs_in_the_vllm_env(tmp_path):
+    from tests.vllm.engine import vllm_python
+
+    env = {**launch_env(), "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONPATH": str(REPO_ROOT)}
+    out = tmp_path / "out"
+    command = [
+        vllm_python(), str(RECIPE), "--config", str(CONFIGS / "vllm-colocate.yaml"),
+        "--max_steps", "3", "--output_dir", str(out), "--use_cpu", "true", "--bf16", "false",
+    ]  # fmt: skip
+    run_isolated(command, tmp_path, env, timeout=500)
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["steps"] == 3 and len(summary["rewards"]) == 3
     assert (out / "adapter_model.safetensors").is_file()
 
 
