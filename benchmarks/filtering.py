@@ -7,7 +7,8 @@ interleaved repetitions of a few optimizer steps each:
   hub-filt - GRPOHubTrainer with filter_zero_signal=True
 Measured: the training part of each step (forward + backward + optimizer, i.e. `training_step` minus the
 generation/scoring inside `_prepare_inputs`), and the whole step. learning_rate=0 keeps the three models
-identical, so every trainer generates the same completions. Run:
+identical, so every trainer generates the same completions. Times are process CPU time (torch runs on one
+thread), which a shared, overloaded machine disturbs far less than wall-clock time. Run:
 
     python benchmarks/filtering.py [--reps 7] [--steps 4]
 """
@@ -62,33 +63,48 @@ def make_model(tokenizer):
 
 
 class StepTimer:
-    """Wraps a trainer's `training_step` and `_prepare_inputs` to split each step into train / generation time."""
+    """Wraps a trainer's `training_step` and `_prepare_inputs` to split each step into train / generation time.
+
+    Also reseeds torch before every generation, so all trainers sample the same completions (their RNG
+    use differs in between: TRL shuffles 16 rows for grpo_hub's filtered batch, 32 for the full one).
+    """
 
     def __init__(self, trainer):
         self.train, self.total = 0.0, 0.0
         self._in_prepare = 0.0
-        step, prepare = trainer.training_step, trainer._prepare_inputs
+        self._generations = 0
+        step, prepare, score = (
+            trainer.training_step,
+            trainer._prepare_inputs,
+            trainer._generate_and_score_completions,
+        )
+
+        def seeded_score(*args, **kwargs):
+            self._generations += 1
+            torch.manual_seed(self._generations)
+            return score(*args, **kwargs)
 
         def timed_prepare(*args, **kwargs):
-            start = time.perf_counter()
+            start = time.process_time()
             out = prepare(*args, **kwargs)
-            self._in_prepare += time.perf_counter() - start
+            self._in_prepare += time.process_time() - start
             return out
 
         def timed_step(*args, **kwargs):
             self._in_prepare = 0.0
-            start = time.perf_counter()
+            start = time.process_time()
             out = step(*args, **kwargs)
-            elapsed = time.perf_counter() - start
+            elapsed = time.process_time() - start
             self.total += elapsed
             self.train += elapsed - self._in_prepare
             return out
 
         trainer.training_step, trainer._prepare_inputs = timed_step, timed_prepare
+        trainer._generate_and_score_completions = seeded_score
 
     def take(self) -> tuple[float, float]:
         out = (self.train, self.total)
-        self.train, self.total = 0.0, 0.0
+        self.train, self.total, self._generations = 0.0, 0.0, 0
         return out
 
 
@@ -143,12 +159,12 @@ def main() -> None:
         for trainer, _ in runs.values():  # warm-up, not measured
             trainer.train()
         for _, timer in runs.values():
-            timer.take()
+            timer.take()  # discard the warm-up
         times = {kind: [] for kind in kinds}
-        for _ in range(cli.reps):
-            for kind in kinds:  # interleaved, so drifting machine load hits all three alike
+        for rep in range(cli.reps):
+            order = kinds[rep % 3 :] + kinds[: rep % 3]  # interleaved and rotated: load drift hits all alike
+            for kind in order:
                 trainer, timer = runs[kind]
-                torch.manual_seed(0)
                 trainer.train()
                 times[kind].append(timer.take())
     rows_trl = [t for t, _ in times["trl"]]

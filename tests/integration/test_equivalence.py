@@ -187,3 +187,46 @@ def test_geometric_vllm_is_ratio_with_fake_sampler_logprobs(tmp_path, tiny_model
     torch.testing.assert_close(weights, expected)
     product = torch.exp(torch.tensor([[0.3], [-0.6], [6.0], [0.0]])).clamp(0.5, 1.5)  # TRL's pooling
     assert not torch.allclose(weights, product)
+
+
+def _rollout(prompts, trainer):
+    """Stand-in multi-turn rollout function (never called: the test scores a hand-made batch)."""
+    raise AssertionError("not expected to generate")
+
+
+def _turn_level_grads(trainer, inputs):
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.model.zero_grad()
+    trainer.compute_loss(trainer.model, inputs).backward()
+    return torch.cat([p.grad.reshape(-1) for p in trainer.model.parameters() if p.grad is not None])
+
+
+def test_turn_level_ratio_pools_per_assistant_turn(tmp_path, tiny_model_dir):
+    levels = {}
+    for level in ("turn", "sequence", "token"):
+        args = hub_config(tmp_path, loss_type="grpo", epsilon=0.05, importance_sampling_level=level)
+        levels[level] = make_trainer(GRPOHubTrainer, tiny_model_dir, args, rollout_func=_rollout)
+    torch.manual_seed(0)
+    batch = {
+        "prompt_ids": torch.randint(3, 500, (4, 5)),
+        "prompt_mask": torch.ones(4, 5, dtype=torch.long),
+        "completion_ids": torch.randint(3, 500, (4, 8)),
+        "completion_mask": torch.ones(4, 8, dtype=torch.long),
+        "advantages": torch.tensor([1.0, -1.0, 0.5, -0.5]),
+        "num_items_in_batch": torch.tensor(32),
+    }
+    with torch.no_grad():
+        logps, _, _ = levels["token"]._get_per_token_logps_and_entropies(
+            levels["token"].model,
+            torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1),
+            torch.ones(4, 13, dtype=torch.long),
+            8,
+        )
+    batch["old_per_token_logps"] = logps + 0.2 * torch.randn_like(logps)  # off-policy: ratios != 1
+    one_turn = {**batch, "tool_mask": torch.ones(4, 8, dtype=torch.long)}
+    two_turns = {**batch, "tool_mask": torch.tensor([[1, 1, 1, 0, 0, 1, 1, 1]] * 4)}
+    turn_one = _turn_level_grads(levels["turn"], one_turn)
+    torch.testing.assert_close(turn_one, _turn_level_grads(levels["sequence"], one_turn))
+    turn_two = _turn_level_grads(levels["turn"], two_turns)
+    assert not torch.allclose(turn_two, _turn_level_grads(levels["sequence"], two_turns), atol=1e-6)
+    assert not torch.allclose(turn_two, _turn_level_grads(levels["token"], two_turns), atol=1e-6)
