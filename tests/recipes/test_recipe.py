@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import requires
 from tests.distributed.launch import free_port, launch_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -180,6 +181,25 @@ def test_unknown_task_is_a_clear_cli_error(recipe, capsys):
 def test_bad_values_name_the_flag(recipe, argv, names):
     with pytest.raises(ValueError, match=names):
         parse(recipe, *argv)
+
+
+def test_gsm8k_task_trains_on_a_local_dataset(recipe, tmp_path):
+    """The realistic task's path end to end: local GSM8K-style jsonl, chat prompts, math_verify rewards."""
+    requires("math_verify", "pip install 'grpo-hub[math]'")
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [
+        {"question": f"What is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"} for i in range(16)
+    ]
+    (data / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    args = parse(
+        recipe,
+        "--task", "gsm8k", "--dataset_name", str(data), "--num_prompts", "8",
+        "--max_steps", "2", "--output_dir", str(tmp_path / "out"), "--use_cpu", "true", "--bf16", "false",
+    )  # fmt: skip
+    summary = recipe.main(*args)
+    assert summary["task"] == "gsm8k" and summary["steps"] == 2 and len(summary["rewards"]) == 2
+    assert (tmp_path / "out" / "adapter_model.safetensors").is_file()
 
 
 def test_gsm8k_without_dataset_name_names_the_flag(recipe, tmp_path):
