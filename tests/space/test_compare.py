@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_hub import compare as C
@@ -108,6 +108,7 @@ def test_diff_marks_changed_words():
     assert segments[0] == ("the ", None) and segments[-1] == (" sat", None)
 
 
+@settings(max_examples=60, deadline=None)  # no wall-clock deadline on a shared machine
 @given(st.text(max_size=40), st.text(max_size=40))
 def test_diff_rebuilds_both_texts(base, other):
     segments = C.diff_segments(base, other)
