@@ -397,11 +397,19 @@ def attach_reference_adapter(trainer) -> ReferenceAdapterCallback | None:
     PEFT). Whenever the model then has a "ref" adapter (also TRL's own, made for a wrapped PeftModel),
     registers a `ReferenceAdapterCallback` so checkpoints carry it and a resume restores it. Runs before
     `train()` builds the DDP / DeepSpeed engine, so ZeRO-3 partitions the new adapter like the others.
+    FSDP is not supported (its sharded DTensors are neither gathered nor broadcast here): asking for the
+    reference adapter under FSDP is a ValueError, and TRL's own "ref" is then left as TRL handles it.
     """
     args = trainer.args
+    fsdp = getattr(trainer, "is_fsdp_enabled", False)
     if args.uses_reference_adapter:
+        if fsdp:
+            raise ValueError(
+                "`ref_adapter_sync_on` / `ref_adapter_keep`: the reference adapter supports DDP and DeepSpeed "
+                "ZeRO-2/3, not FSDP. Fix: use a DeepSpeed accelerate config, or turn the reference adapter off."
+            )
         add_reference_adapter(trainer.model)
-    elif REF_ADAPTER not in getattr(trainer.model, "peft_config", {}):
+    elif fsdp or REF_ADAPTER not in getattr(trainer.model, "peft_config", {}):
         return None
     callback = ReferenceAdapterCallback(
         args.ref_adapter_sync_on, args.ref_adapter_sync_steps, args.ref_adapter_mixup_alpha

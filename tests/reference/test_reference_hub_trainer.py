@@ -1,11 +1,18 @@
 """GRPOHubTrainer wiring of the reference adapter: config errors, peft_config path, save_model, checkpoints."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
-from grpo_hub.reference import REF_ADAPTER, REF_ADAPTER_FILE, ReferenceAdapterCallback
+from grpo_hub.reference import (
+    REF_ADAPTER,
+    REF_ADAPTER_FILE,
+    ReferenceAdapterCallback,
+    attach_reference_adapter,
+)
 from grpo_hub.tiny_model import build_tiny_model
 
 from .helpers import (
@@ -119,3 +126,12 @@ def test_save_model_holds_only_trained_adapter_unless_asked(tmp_path, save_ref):
     trainer.save_model(str(tmp_path / "final"))
     assert (tmp_path / "final" / "adapter_model.safetensors").is_file()
     assert (tmp_path / "final" / REF_ADAPTER / "adapter_model.safetensors").is_file() == save_ref
+
+
+def test_fsdp_is_refused_with_a_fix(tmp_path):
+    fsdp_trainer = SimpleNamespace(
+        args=_config(tmp_path, ref_adapter_sync_on="steps"), model=tiny_peft_model(), is_fsdp_enabled=True
+    )
+    with pytest.raises(ValueError, match="not FSDP"):
+        attach_reference_adapter(fsdp_trainer)
+    assert REF_ADAPTER not in fsdp_trainer.model.peft_config
