@@ -310,12 +310,6 @@ class GRPOHubConfig(GRPOConfig):
             )
         if not self.dynamic_sampling:
             return
-        if self.num_generations < 2:
-            _fail(
-                "dynamic_sampling",
-                f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
-                "set num_generations >= 2.",
-            )
         if self.zero_signal_normalizer != "kept":
             _fail(
                 "zero_signal_normalizer",
