@@ -360,8 +360,10 @@ class ReferenceAdapterCallback(TrainerCallback):
             if folder is None:
                 raise ValueError(
                     f"Resuming at step {state.global_step} but no {REF_ADAPTER_FILE} was found in "
-                    f"`resume_from_checkpoint` or {args.output_dir}/checkpoint-{state.global_step}; the reference "
-                    "adapter would silently restart from its initial value."
+                    f"`args.resume_from_checkpoint` or {args.output_dir}/checkpoint-{state.global_step}; the "
+                    "reference adapter would silently restart from its initial value. Fix: set the training "
+                    "argument `resume_from_checkpoint` to the checkpoint folder (the path given to "
+                    "`trainer.train()` is not visible to callbacks), or resume from a checkpoint saved with it."
                 )
             load_reference_adapter(peft_model, folder, state.global_step)
 

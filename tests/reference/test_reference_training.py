@@ -2,6 +2,7 @@
 
 import shutil
 
+import pytest
 import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
@@ -139,3 +140,14 @@ def test_resume_continues_with_the_saved_reference(tmp_path):
     for step in (4, 5, 6):
         assert abs(resumed_kl[step] - straight_kl[step]) <= 1e-6 + 1e-4 * abs(straight_kl[step])
         assert abs(resumed_loss[step] - straight_loss[step]) <= 1e-6 + 1e-4 * abs(straight_loss[step])
+
+
+def test_resume_without_saved_reference_fails_loudly(tmp_path):
+    callback = ReferenceAdapterCallback(sync_on="steps", sync_steps=2)
+    _train(tmp_path / "a", callback, max_steps=2, save_strategy="steps", save_steps=2)
+    checkpoint = tmp_path / "a" / "checkpoint-2"
+    (checkpoint / REF_ADAPTER_FILE).unlink()
+    with pytest.raises(ValueError, match="resume_from_checkpoint"):
+        _train(
+            tmp_path / "b", ReferenceAdapterCallback(sync_on="steps", sync_steps=2), resume=str(checkpoint)
+        )
