@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of grpo_hub against plain TRL; `python -m benchmarks` runs them all."""

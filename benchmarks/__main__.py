@@ -1,0 +1,54 @@
+"""Run every benchmark, one after the other, each in its own process: `python -m benchmarks [--quick]`.
+
+Prints the machine and its load first (the numbers mean little without them), then each benchmark's
+Markdown tables. `--quick` runs each benchmark's smallest setting (a smoke run; its ratios are noise).
+`--only NAME ...` runs a subset.
+"""
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+
+import torch
+import trl
+
+# Benchmark module -> its arguments for a --quick run.
+BENCHMARKS = {
+    "step_time": ["--quick"],
+    "memory": ["--quick"],
+    "filtering": ["--reps", "1", "--steps", "1"],
+    "reference": ["--skip-05b", "--steps", "2", "--repeats", "2"],
+}
+
+
+def machine_line() -> str:
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"{now}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average {load}; "
+        f"torch {torch.__version__}, trl {trl.__version__}, python {platform.python_version()}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smallest setting of every benchmark")
+    parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these benchmarks")
+    cli = parser.parse_args(argv)
+    failed = []
+    for name in cli.only or BENCHMARKS:
+        print(f"\n# benchmarks.{name} — {machine_line()}", flush=True)
+        command = [sys.executable, "-m", f"benchmarks.{name}", *(BENCHMARKS[name] if cli.quick else [])]
+        if subprocess.run(command, check=False).returncode != 0:
+            failed.append(name)
+    print(f"\n# done — {machine_line()}")
+    if failed:
+        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Shared benchmark harness: random models, exact zero-signal data, trainers, interleaved timing, ratio tables.
+
+Every benchmark runs plain `trl.GRPOTrainer` and `GRPOHubTrainer` side by side in one process on the same
+model weights, data and seeds. Repetitions are interleaved (and their order rotated), so drifting machine
+load hits every trainer alike, and results are printed as ratios to TRL with their spread.
+"""
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+from datasets import Dataset
+from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from grpo_hub.config import GRPOHubConfig
+from grpo_hub.tasks import build_tiny_model
+from grpo_hub.trainer import GRPOHubTrainer
+
+# Big enough that the training forward/backward dominates per-step Python overhead on a CPU core.
+MEDIUM_SHAPE = {
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+}
+TINY_SHAPE = {  # --quick: seconds, not minutes
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+}
+# Trainer kinds: plain TRL, grpo_hub with every extra feature off, grpo_hub with zero-signal filtering.
+TRL, HUB_OFF, HUB_FILTER = "trl", "hub-off", "hub-filter"
+GROUP_SIZE = 4
+
+
+def load_tokenizer():
+    """The offline 512-token byte-level BPE of the tiny test model (no download)."""
+    return AutoTokenizer.from_pretrained(build_tiny_model())
+
+
+def random_model(tokenizer, shape: dict, seed: int = 0) -> Qwen2ForCausalLM:
+    """A Qwen2 causal LM of `shape` with random weights drawn from `seed` (fp32, tied embeddings)."""
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+        **shape,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def zero_signal_dataset(zero_fraction: float, groups_per_batch: int, batches: int) -> Dataset:
+    """Prompts where exactly `zero_fraction` of the groups of every generation batch get a constant reward.
+
+    Column `signal` marks the prompts whose groups get a varying reward; with `shuffle_dataset=False` each
+    generation batch reads `groups_per_batch` consecutive prompts, so the fraction holds batch by batch.
+    """
+    zero_groups = zero_fraction * groups_per_batch
+    if zero_groups != int(zero_groups):
+        raise ValueError(f"zero_fraction={zero_fraction} x {groups_per_batch} groups is not a whole number")
+    signal = [i >= int(zero_groups) for i in range(groups_per_batch)] * batches
+    prompts = [f"Write only digits: {i % 10}" for i in range(len(signal))]
+    return Dataset.from_dict({"prompt": prompts, "signal": signal})
+
+
+def group_position_reward(prompts, completions, signal, **kwargs) -> list[float]:
+    """0.0 on zero-signal prompts; the completion's position in its group on the others (spread exactly > 0).
+
+    TRL scores the completions of one prompt as consecutive rows, so `i % GROUP_SIZE` is the position.
+    """
+    return [float(i % GROUP_SIZE) if keep else 0.0 for i, keep in enumerate(signal)]
+
+
+def grpo_args(kind: str, output_dir: str, **settings) -> GRPOConfig:
+    """CPU fp32 config for `kind`; `settings` are the GRPOConfig fields shared by every trainer kind."""
+    common = {
+        "output_dir": output_dir,
+        "use_cpu": True,
+        "bf16": False,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "log_level": "error",
+        "logging_steps": 1000,
+        "shuffle_dataset": False,
+        "seed": 0,
+        "num_generations": GROUP_SIZE,
+        **settings,
+    }
+    if kind == TRL:
+        return GRPOConfig(**common)
+    return GRPOHubConfig(filter_zero_signal=kind == HUB_FILTER, **common)
+
+
+def build_trainer(kind: str, args: GRPOConfig, **trainer_kwargs):
+    """`trl.GRPOTrainer` for kind "trl", else `GRPOHubTrainer`; no metrics printed at the end of `train()`."""
+    trainer_cls = GRPOTrainer if kind == TRL else GRPOHubTrainer
+    trainer = trainer_cls(args=args, **trainer_kwargs)
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+class StepTimer(TrainerCallback):
+    """Splits a trainer's optimizer steps into training time and whole-step time.
+
+    whole step = wall time from `on_step_begin` to `on_step_end`: generation and scoring, forward, backward,
+                 and the optimizer step (TRL's logged `step_time` metric sums `training_step` calls instead,
+                 which leaves out the optimizer step);
+    training   = that minus the time spent in `_prepare_inputs`, i.e. without generation, reward scoring,
+                 old/ref log-probs and grpo_hub's row dropping.
+    Torch is also reseeded before every generation, so every trainer samples the same completions although
+    their RNG use differs in between (TRL shuffles fewer rows after filtering).
+    """
+
+    def __init__(self, trainer):
+        self.train, self.total = 0.0, 0.0
+        self._started, self._in_prepare, self._generations = 0.0, 0.0, 0
+        prepare, score = trainer._prepare_inputs, trainer._generate_and_score_completions
+
+        def seeded_score(*args, **kwargs):
+            self._generations += 1
+            torch.manual_seed(self._generations)
+            return score(*args, **kwargs)
+
+        def timed_prepare(*args, **kwargs):
+            start = time.perf_counter()
+            out = prepare(*args, **kwargs)
+            self._in_prepare += time.perf_counter() - start
+            return out
+
+        trainer._prepare_inputs, trainer._generate_and_score_completions = timed_prepare, seeded_score
+        trainer.add_callback(self)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._in_prepare = 0.0
+        self._started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        elapsed = time.perf_counter() - self._started
+        self.total += elapsed
+        self.train += elapsed - self._in_prepare
+
+    def take(self) -> tuple[float, float]:
+        """(training seconds, whole-step seconds) since the last call; resets the counters."""
+        out = (self.train, self.total)
+        self.train, self.total, self._generations = 0.0, 0.0, 0
+        return out
+
+
+def interleaved_times(trainers: dict, reps: int) -> dict[str, list[tuple[float, float]]]:
+    """Run `trainer.train()` once for warm-up, then `reps` interleaved times; {name: [(train s, total s)]}.
+
+    The order of the trainers is rotated every repetition, so no trainer always runs first or last.
+    """
+    timers = {name: StepTimer(trainer) for name, trainer in trainers.items()}
+    for name, trainer in trainers.items():
+        trainer.train()
+        timers[name].take()  # warm-up, discarded
+    names = list(trainers)
+    times = {name: [] for name in names}
+    for rep in range(reps):
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            trainers[name].train()
+            times[name].append(timers[name].take())
+    return times
+
+
+@dataclass
+class Spread:
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Spread":
+        return cls(statistics.median(values), min(values), max(values))
+
+
+def ratio_spread(times: list[float], baseline: list[float]) -> Spread:
+    """Spread of the per-repetition ratios times[i] / baseline[i] (paired: same repetition, same load)."""
+    return Spread.of([t / b for t, b in zip(times, baseline, strict=True)])
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    """Print a Markdown table."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+def spread_cells(spread: Spread) -> list[str]:
+    """Median, min and max as three table cells."""
+    return [f"{spread.median:.3f}", f"{spread.low:.3f}", f"{spread.high:.3f}"]

@@ -1,0 +1,186 @@
+"""Memory of a refreshable KL reference: TRL's full reference model vs grpo_hub's "ref" adapter.
+
+Three trainers on the same Qwen2.5-0.5B-shaped model (random bf16 weights built from the config and saved
+to a temporary folder, since TRL loads its reference model from the policy's path), beta=0.04:
+  trl-full-sync  - trl.GRPOTrainer, full fine-tuning, sync_ref_model=True: a second full model is the reference
+  trl-lora       - trl.GRPOTrainer with LoRA: the reference is the base with adapters off (never refreshed)
+  hub-lora-ref   - GRPOHubTrainer with LoRA, ref_adapter_sync_on="steps" every step: a frozen "ref" adapter
+LoRA is r=16 on every linear layer. Printed per trainer: bytes of the reference weights (numel x element
+size of the reference model's parameters or of the "ref" adapter's tensors), and peak RSS (ru_maxrss) after
+the imports, after building the trainer and after two training steps (each refreshing the reference).
+Peak RSS is per process, so each trainer runs in a fresh child process; the full fine-tuning peak also holds
+gradients and AdamW state for every weight, the LoRA peaks only for the adapter. Run:
+
+    nice python -m benchmarks.memory [--quick]
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+from benchmarks.common import TINY_SHAPE, load_tokenizer, print_table
+
+QWEN25_05B_SHAPE = {  # Qwen/Qwen2.5-0.5B config.json, without its tokenizer's vocabulary size
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+}
+QWEN25_VOCAB = 151936
+VARIANTS = ("trl-full-sync", "trl-lora", "hub-lora-ref")
+BETA = 0.04
+STEPS = 2
+
+
+def save_random_model(folder: str, quick: bool) -> None:
+    """Random-weight bf16 Qwen2 (0.5B-shaped, or tiny with --quick) plus the offline tokenizer, in `folder`.
+
+    Generated ids beyond the 512-token tokenizer decode to "", which only the (constant) reward sees.
+    """
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    tokenizer = load_tokenizer()
+    shape = {**TINY_SHAPE, "tie_word_embeddings": True} if quick else QWEN25_05B_SHAPE
+    config = Qwen2Config(
+        vocab_size=len(tokenizer) if quick else QWEN25_VOCAB,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **shape,
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def constant_reward(prompts, completions, **kwargs) -> list[float]:
+    return [0.0] * len(prompts)
+
+
+def measure(variant: str, model_dir: str) -> dict:
+    """Build `variant`'s trainer on `model_dir`, train STEPS steps; reference bytes and peak RSS (MiB)."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+    from grpo_hub.reference import reference_state_dict
+
+    after_imports = peak_rss_mib()
+    settings = {
+        "use_cpu": True,
+        "bf16": False,
+        "model_init_kwargs": {"dtype": "bfloat16"},
+        "beta": BETA,
+        "per_device_train_batch_size": 4,
+        "num_generations": 2,
+        "max_completion_length": 8,
+        "max_steps": STEPS,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "log_level": "error",
+    }
+    lora = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear")
+    with tempfile.TemporaryDirectory() as output_dir:
+        if variant == "trl-full-sync":
+            trainer_cls, args, peft = (
+                GRPOTrainer,
+                GRPOConfig(output_dir, sync_ref_model=True, **settings),
+                None,
+            )
+        elif variant == "trl-lora":
+            trainer_cls, args, peft = GRPOTrainer, GRPOConfig(output_dir, **settings), lora
+        else:
+            args = GRPOHubConfig(
+                output_dir, ref_adapter_sync_on="steps", ref_adapter_sync_steps=1, **settings
+            )
+            trainer_cls, peft = GRPOHubTrainer, lora
+        trainer = trainer_cls(
+            model=model_dir,
+            reward_funcs=[constant_reward],
+            args=args,
+            train_dataset=Dataset.from_dict({"prompt": ["Write only digits: 1"] * 8}),
+            processing_class=AutoTokenizer.from_pretrained(model_dir),
+            peft_config=peft,
+        )
+        if variant == "trl-full-sync":
+            ref_tensors = list(trainer.ref_model.parameters())
+        elif variant == "hub-lora-ref":
+            ref_tensors = list(reference_state_dict(trainer.model).values())
+        else:
+            ref_tensors = []
+        after_build = peak_rss_mib()
+        trainer.train()
+    return {
+        "ref_bytes": sum(t.numel() * t.element_size() for t in ref_tensors),
+        "rss_imports": after_imports,
+        "rss_built": after_build,
+        "rss_trained": peak_rss_mib(),
+    }
+
+
+def run_child(variant: str, model_dir: str) -> dict:
+    """`measure(variant)` in a fresh Python process (its own peak RSS)."""
+    command = [sys.executable, "-m", "benchmarks.memory", "--child", variant, model_dir]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{variant} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny model instead of the 0.5B shape")
+    parser.add_argument("--child", nargs=2, metavar=("VARIANT", "MODEL_DIR"), help=argparse.SUPPRESS)
+    cli = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    if cli.child:
+        print(json.dumps(measure(*cli.child)))
+        return
+    shape = "tiny" if cli.quick else "Qwen2.5-0.5B-shaped"
+    print(f"## Reference memory: {shape} model, random bf16 weights, LoRA r=16 all-linear, {STEPS} steps")
+    with tempfile.TemporaryDirectory() as model_dir:
+        save_random_model(model_dir, cli.quick)
+        results = {variant: run_child(variant, model_dir) for variant in VARIANTS}
+    full = results["trl-full-sync"]["ref_bytes"]
+    rows = []
+    for variant, r in results.items():
+        rows.append(
+            [
+                variant,
+                f"{r['ref_bytes'] / 2**20:.1f}",
+                f"{r['ref_bytes'] / full:.4f}",
+                f"{r['rss_imports']:.0f}",
+                f"{r['rss_built']:.0f}",
+                f"{r['rss_trained']:.0f}",
+            ]
+        )
+    print_table(
+        [
+            "trainer",
+            "reference MiB",
+            "vs full copy",
+            "peak RSS MiB: imports",
+            "+ trainer built",
+            f"+ {STEPS} steps",
+        ],
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()
