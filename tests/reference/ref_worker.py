@@ -63,8 +63,9 @@ def local_reference_bytes(model) -> dict[str, torch.Tensor]:
 class HashProbe(TrainerCallback):
     """Per step: hashes of the gathered reference / trained adapter, their max difference, local-shard hash."""
 
-    def __init__(self):
+    def __init__(self, perturb_rank1_ref: bool = False):
         self.steps = {}
+        self.perturb_rank1_ref = perturb_rank1_ref
 
     @staticmethod
     def record(model) -> dict:
@@ -80,6 +81,10 @@ class HashProbe(TrainerCallback):
         }
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.perturb_rank1_ref and args.process_index == 1:  # DDP only: make rank 1's reference diverge
+            with torch.no_grad():
+                for _, _, ref in paired_parameters(unwrap_peft_model(model), "default"):
+                    ref.add_(0.01)
         self.steps["begin"] = self.record(model)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -91,6 +96,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--sync-steps", type=int, default=2)
     parser.add_argument("--alpha", type=float, default=1.0)
+    parser.add_argument(
+        "--perturb-rank1-ref", action="store_true", help="offset rank 1's ref before training"
+    )
     parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: never)")
     parser.add_argument("--output-dir", default=None, help="trainer output dir (default: in --result-dir)")
     parser.add_argument("--resume", default=None, help="checkpoint folder to resume from")
@@ -120,7 +128,7 @@ def main() -> None:
         ref_adapter_sync_steps=args.sync_steps,
         ref_adapter_mixup_alpha=args.alpha,
     )
-    probe = HashProbe()
+    probe = HashProbe(args.perturb_rank1_ref)
     trainer = GRPOHubTrainer(
         model=build_tiny_model(),
         reward_funcs=char_code_reward,
