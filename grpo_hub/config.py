@@ -286,6 +286,16 @@ class GRPOHubConfig(GRPOConfig):
                 f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
                 "set num_generations >= 2 or filter_zero_signal=False.",
             )
+        row_mean = (
+            self.loss_type in ("grpo", "gspo", "sapo", "luspo", "dr_grpo") and self.loss_agg_mode is None
+        )
+        if self.filter_zero_signal and row_mean and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
+            _fail(
+                "entropy_coef",
+                f"loss_type={self.loss_type!r} averages over rows, and filtering rescales that mean (pad rows must "
+                "not dilute it), which would also rescale TRL's entropy bonus.",
+                "use loss_type='dapo' (or a loss_agg_mode) with entropy_coef, or entropy_coef=0.0.",
+            )
 
     def _validate_dynamic_sampling(self) -> None:
         """Dynamic sampling options (after TRL's __post_init__, which resolves generation_batch_size)."""

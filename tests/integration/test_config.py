@@ -3,8 +3,10 @@
 import dataclasses
 
 import pytest
-from trl import GRPOConfig, TrlParser
+import trl
+from trl import GRPOConfig, GRPOTrainer, TrlParser
 
+from grpo_hub._compat import check_trl_seams, check_trl_version
 from grpo_hub.config import GRPOHubConfig
 
 BASE = {"output_dir": "/tmp/grpo_hub_test_config", "use_cpu": True, "bf16": False, "report_to": "none"}
@@ -120,6 +122,7 @@ INVALID = [
         "multi_objective_aggregation",
         {"whiten_advantages": True, "multi_objective_aggregation": "normalize_then_sum"},
     ),
+    ("entropy_coef", {"filter_zero_signal": True, "loss_type": "grpo", "entropy_coef": 0.01}),
     ("vllm_is_pooling", {"vllm_is_pooling": "max"}),
     ("vllm_is_pooling", {"vllm_is_pooling": "mean"}),
 ]
@@ -134,3 +137,21 @@ def test_invalid_config_names_the_field(field_name, kwargs):
     message = str(info.value)
     assert f"`{field_name}`" in message
     assert "Fix:" in message
+
+
+def test_unsupported_trl_version_fails_with_install_hint(monkeypatch):
+    check_trl_version()  # the installed TRL is supported
+    monkeypatch.setattr(trl, "__version__", "1.17.0")
+    with pytest.raises(ImportError, match=r"trl>=1.16,<1.17"):
+        check_trl_version()
+
+
+def test_changed_trl_seam_signature_fails(monkeypatch):
+    check_trl_seams(GRPOTrainer)
+
+    class Moved(GRPOTrainer):
+        def _calculate_rewards(self, inputs, prompts, completions):  # a parameter removed upstream
+            return None
+
+    with pytest.raises(ImportError, match="_calculate_rewards"):
+        check_trl_seams(Moved)
