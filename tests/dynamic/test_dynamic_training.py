@@ -9,7 +9,7 @@ from grpo_hub.config import GRPOHubConfig
 from grpo_hub.trainer import GRPOHubTrainer
 from tests.integration.conftest import hub_config, make_trainer
 
-from .conftest import degenerate_dataset, mostly_flat_digit_reward, mostly_flat_reward
+from .degenerate import degenerate_dataset, mostly_flat_digit_reward, mostly_flat_reward
 
 # 16 rows per generation batch = 4 groups of 4; with one graded prompt in 4, one group in 4 is informative.
 BATCH = {"per_device_train_batch_size": 16, "shuffle_dataset": False}
