@@ -240,8 +240,7 @@ def add_reference_adapter(model, ref: str = REF_ADAPTER) -> bool:
     if added:
         ref_config = copy.deepcopy(model.peft_config[trained])
         ref_config.inference_mode = True
-        model.add_adapter(ref, ref_config)
-        model.set_adapter(trained)
+        model.add_adapter(ref, ref_config)  # PEFT keeps the active adapter and its trainable flags
     freeze_reference_adapter(model, ref)
     paired_parameters(model, trained, ref)
     if added:

@@ -158,7 +158,8 @@ def test_mix_is_in_place_elementwise():
 def test_variant_pairs_and_hard_copy_gives_same_function(variant):
     model = get_peft_model(_base_model(), MIXABLE_CONFIGS[variant]())
     add_reference_adapter(model)
-    assert all(not r.requires_grad for _, _, r in paired_parameters(model, "default"))
+    assert model.active_adapter == "default"
+    assert all(t.requires_grad and not r.requires_grad for _, t, r in paired_parameters(model, "default"))
     _perturb_trained(model)
     assert not torch.allclose(_logits(model, "default"), _logits(model, REF_ADAPTER))
     refresh_reference_adapter(model, alpha=1.0)
