@@ -208,6 +208,15 @@ def test_gsm8k_without_dataset_name_names_the_flag(recipe, tmp_path):
         recipe.main(*args)
 
 
+def test_task_choices_match_grpo_hub_tasks(recipe):
+    import typing
+
+    from grpo_hub.tasks import TASKS
+
+    hints = typing.get_type_hints(recipe.RecipeArguments)
+    assert typing.get_args(hints["task"]) == TASKS
+
+
 def test_reward_trend_windows(recipe):
     assert recipe.reward_trend([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]) == pytest.approx(
         (0.2, 0.8)
