@@ -35,6 +35,9 @@ def parse_args():
         "--model-dir", required=True, help="built with grpo_hub.tasks.build_tiny_model if absent"
     )
     parser.add_argument("--config", default="{}", help="JSON overrides of GRPOHubConfig fields")
+    parser.add_argument(
+        "--lora-r", type=int, default=0, help="train a LoRA adapter of this rank (0: full model)"
+    )
     return parser.parse_args()
 
 
@@ -48,8 +51,14 @@ def main():
     model_dir = build_tiny_model(output_dir=cli.model_dir)
     settings = {**BASE_CONFIG, "output_dir": str(Path(cli.result_dir) / "out"), **json.loads(cli.config)}
     args = GRPOHubConfig(**settings)
+    peft_config = None
+    if cli.lora_r:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=cli.lora_r, lora_alpha=2 * cli.lora_r, target_modules="all-linear")
     trainer = GRPOHubTrainer(
         model=model_dir,
+        peft_config=peft_config,
         reward_funcs=get_reward_funcs(DEFAULT_TASK),
         args=args,
         train_dataset=load_task_dataset(DEFAULT_TASK, n=32, seed=0),

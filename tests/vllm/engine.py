@@ -62,8 +62,10 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run_worker(tmp_dir: Path, config: dict, *, ranks: int = 1, timeout: float = 420) -> list[dict]:
-    """Train with `config` overrides on `ranks` CPU ranks; return each rank's result dict (rank order)."""
+def run_worker(
+    tmp_dir: Path, config: dict, *, ranks: int = 1, lora_r: int = 0, timeout: float = 420
+) -> list[dict]:
+    """Train with `config` overrides on `ranks` CPU ranks (LoRA if lora_r); return each rank's result dict."""
     python = vllm_python()
     result_dir = tmp_dir / "result"
     result_dir.mkdir(parents=True)
@@ -72,6 +74,7 @@ def run_worker(tmp_dir: Path, config: dict, *, ranks: int = 1, timeout: float = 
         "--result-dir", str(result_dir),
         "--model-dir", str(tmp_dir.parent / "tiny-model"),
         "--config", json.dumps(config),
+        "--lora-r", str(lora_r),
     ]  # fmt: skip
     launcher = [python]
     if ranks > 1:
