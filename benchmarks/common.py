@@ -111,13 +111,15 @@ def build_trainer(kind: str, args: GRPOConfig, **trainer_kwargs):
 
 
 class StepTimer(TrainerCallback):
-    """Splits a trainer's optimizer steps into training time and whole-step time.
+    """Splits a trainer's optimizer steps into training time and whole-step time, in process CPU seconds.
 
-    whole step = wall time from `on_step_begin` to `on_step_end`: generation and scoring, forward, backward,
-                 and the optimizer step (TRL's logged `step_time` metric sums `training_step` calls instead,
-                 which leaves out the optimizer step);
+    whole step = time from `on_step_begin` to `on_step_end`: generation and scoring, forward, backward and
+                 the optimizer step (TRL's logged `step_time` metric sums the wall time of `training_step`
+                 calls instead, which leaves out the optimizer step);
     training   = that minus the time spent in `_prepare_inputs`, i.e. without generation, reward scoring,
                  old/ref log-probs and grpo_hub's row dropping.
+    CPU time (`time.process_time`, torch on one thread) is what a shared, overloaded machine disturbs least:
+    wall time also counts the slices the scheduler gives to other processes.
     Torch is also reseeded before every generation, so every trainer samples the same completions although
     their RNG use differs in between (TRL shuffles fewer rows after filtering).
     """
@@ -133,9 +135,9 @@ class StepTimer(TrainerCallback):
             return score(*args, **kwargs)
 
         def timed_prepare(*args, **kwargs):
-            start = time.perf_counter()
+            start = time.process_time()
             out = prepare(*args, **kwargs)
-            self._in_prepare += time.perf_counter() - start
+            self._in_prepare += time.process_time() - start
             return out
 
         trainer._prepare_inputs, trainer._generate_and_score_completions = timed_prepare, seeded_score
@@ -143,10 +145,10 @@ class StepTimer(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._in_prepare = 0.0
-        self._started = time.perf_counter()
+        self._started = time.process_time()
 
     def on_step_end(self, args, state, control, **kwargs):
-        elapsed = time.perf_counter() - self._started
+        elapsed = time.process_time() - self._started
         self.total += elapsed
         self.train += elapsed - self._in_prepare
 

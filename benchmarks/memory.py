@@ -6,7 +6,7 @@ to a temporary folder, since TRL loads its reference model from the policy's pat
   trl-lora       - trl.GRPOTrainer with LoRA: the reference is the base with adapters off (never refreshed)
   hub-lora-ref   - GRPOHubTrainer with LoRA, ref_adapter_sync_on="steps" every step: a frozen "ref" adapter
 LoRA is r=16 on every linear layer. Printed per trainer: bytes of the reference weights (numel x element
-size of the reference model's parameters or of the "ref" adapter's tensors), and peak RSS (ru_maxrss) after
+size of the reference model's parameters or of the "ref" adapter's tensors), and peak RSS (VmHWM) after
 the imports, after building the trainer and after two training steps (each refreshing the reference).
 Peak RSS is per process, so each trainer runs in a fresh child process; the full fine-tuning peak also holds
 gradients and AdamW state for every weight, the LoRA peaks only for the adapter. Run:
@@ -16,7 +16,6 @@ gradients and AdamW state for every weight, the LoRA peaks only for the adapter.
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -61,8 +60,13 @@ def save_random_model(folder: str, quick: bool) -> None:
 
 
 def peak_rss_mib() -> float:
-    """Peak resident set size of this process so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak resident set size of this process so far: Linux's VmHWM, in MiB.
+
+    Not `ru_maxrss`: that also counts the parent's resident size at fork time, which the child inherits.
+    """
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
 
 
 def constant_reward(prompts, completions, **kwargs) -> list[float]:

@@ -7,7 +7,7 @@ constant reward (`common.zero_signal_dataset`). Three trainers per f run interle
   hub-filter  - GRPOHubTrainer with filter_zero_signal=True
 learning_rate=0 keeps every model identical, so all trainers generate the same completions. Printed: the
 paired ratios to TRL (median, min, max over repetitions) of the training part of a step (generation
-excluded) and of the whole step (generation included); see `common.StepTimer` for how each is timed.
+excluded) and of the whole step (generation included), in process CPU time; `common.StepTimer` says how.
 Goal for filtering: training ratio <= (1 - f) + 0.05; the physical floor is 1 - f. Goal for hub-off:
 <= 1.02 (pooled over all f). Run:
 
@@ -101,8 +101,8 @@ def report(times: dict, setting: dict) -> None:
             "min",
             "max",
             "whole-step ratio median",
-            "TRL train s/step",
-            "TRL whole s/step",
+            "TRL train CPU s/step",
+            "TRL whole CPU s/step",
         ],
         rows,
     )
