@@ -26,6 +26,7 @@ OWN_PATH_LOSS_TYPES = ("grpo", "dapo", "cispo")
 ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
 VLLM_IS_POOLINGS = ("sum", "mean")
 DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
+TURN_ADVANTAGE_SCOPES = ("turn", "group")
 
 TRL_EPSILON = 0.2
 GSPO_EPSILON, GSPO_EPSILON_HIGH = 3e-4, 4e-4  # GSPO paper, section 5.1
@@ -178,6 +179,17 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
+    # --- Multi-turn credit (grpo_hub/turns.py) ---
+    turn_advantages: str | None = field(
+        default=None,
+        metadata={
+            "help": "Per-turn advantages from per-turn rewards (reward functions decorated with "
+            "grpo_hub.turns.per_turn_reward): each turn's tokens get A = turn advantage + outcome advantage "
+            "(MT-GRPO). 'turn': a turn is compared with the same turn of its group; 'group': with every turn of its "
+            "group. None: one advantage per completion (TRL)."
+        },
+    )
+
     # --- vLLM importance-sampling correction ---
     vllm_is_pooling: str | None = field(
         default=None,
@@ -241,6 +253,7 @@ class GRPOHubConfig(GRPOConfig):
         self._validate_clip()
         self._validate_loss_agg()
         self._validate_dynamic_sampling()
+        self._validate_turn_advantages()
         self._validate_rewards()
         self._validate_advantages()
         self._validate_vllm_is()
@@ -336,6 +349,32 @@ class GRPOHubConfig(GRPOConfig):
                 "lower the target or raise dynamic_sampling_max_rounds.",
             )
         self.filter_zero_signal = True
+
+    def _validate_turn_advantages(self) -> None:
+        if self.turn_advantages is None:
+            return
+        if self.turn_advantages not in TURN_ADVANTAGE_SCOPES:
+            _fail(
+                "turn_advantages",
+                f"{self.turn_advantages!r} is not supported.",
+                f"use one of {TURN_ADVANTAGE_SCOPES} or None.",
+            )
+        clashing = {
+            "reward_clip": self.reward_clip is not None,
+            "reward_norm": self.reward_norm is not None,
+            "adv_norm": self.adv_norm is not None,
+            "whiten_advantages": self.whiten_advantages,
+            "adv_clip_range": self.adv_clip_range is not None,
+            "token_level_kl_coef": self.token_level_kl_coef > 0,
+            "multi_objective_aggregation": self.multi_objective_aggregation != "sum_then_normalize",
+        }
+        for name, is_set in clashing.items():
+            if is_set:
+                _fail(
+                    name,
+                    "is not supported together with turn_advantages (per-turn rewards are used raw).",
+                    f"reset {name} to its default or set turn_advantages=None.",
+                )
 
     def _apply_presets(self) -> None:
         """Resolve the gspo/cispo presets and the None defaults onto TRL's own fields."""

@@ -21,6 +21,7 @@ COMPLETION_KEYS = (
     "ref_per_token_logps",
     "sampling_per_token_logps",
     "importance_sampling_ratio",
+    "advantages",  # (B, T) when per-token (grpo_hub.turns); a (B,) vector is left alone
 )
 # Row-aligned tensors that are zeroed on pad rows (no attention to pad completions, no loss, no signal).
 ZEROED_ON_PAD = ("completion_mask", "tool_mask", "advantages")

@@ -21,6 +21,7 @@ from grpo_hub.config import GRPOHubConfig
 from grpo_hub.dynamic_sampling import DynamicSampler
 from grpo_hub.filtering import agreed_row_count, keep_rows
 from grpo_hub.reference import attach_reference_adapter, strip_reference_adapter
+from grpo_hub.turns import TurnCredit, turn_ids_from_tool_mask
 from grpo_hub.vllm_runtime import enable_cpu_weight_sync, log_is_diagnostics
 
 check_trl_seams(GRPOTrainer)
@@ -28,12 +29,6 @@ check_trl_seams(GRPOTrainer)
 # TRL losses that average over the rows of a micro-batch: pad rows would dilute them.
 ROW_MEAN_LOSSES = ("grpo", "sapo", "luspo", "dr_grpo")
 SEQ_MEAN_AGG_MODES = ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-
-
-def turn_ids_from_tool_mask(tool_mask: torch.Tensor) -> torch.Tensor:
-    """(B, T) turn index of each token: a turn is a run of model tokens (tool_mask 1) between tool outputs."""
-    starts = tool_mask.bool() & ~torch.nn.functional.pad(tool_mask.bool(), (1, 0))[:, :-1]
-    return starts.long().cumsum(dim=1)
 
 
 class GRPOHubTrainer(GRPOTrainer):
@@ -54,6 +49,9 @@ class GRPOHubTrainer(GRPOTrainer):
         self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
         self._dynamic_sampler = DynamicSampler(self) if args.dynamic_sampling else None
+        self._turn_credit = (
+            TurnCredit(self) if args.turn_advantages else None
+        )  # per-turn rewards -> advantages
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """TRL's save, without PEFT's frozen `ref/` adapter folder unless `ref_adapter_save` (grpo_hub.reference)."""
@@ -135,6 +133,10 @@ class GRPOHubTrainer(GRPOTrainer):
         rewards = self._weighted_rewards(rewards_per_func)
         if self.args.recomputes_advantages:
             output["advantages"] = self._recompute_advantages(rewards, output, group_size, rank_rows)
+        if self._turn_credit is not None:
+            output["advantages"] = self._turn_credit.advantages(
+                output, rewards_per_func, group_size, rank_rows
+            )
         if self.args.vllm_is_pooling == "mean" and "importance_sampling_ratio" in output:
             output["importance_sampling_ratio"] = self._geometric_is_ratio(output)
         log_is_diagnostics(self, output, mode)
