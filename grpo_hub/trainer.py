@@ -49,9 +49,7 @@ class GRPOHubTrainer(GRPOTrainer):
         self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
         self._dynamic_sampler = DynamicSampler(self) if args.dynamic_sampling else None
-        self._turn_credit = (
-            TurnCredit(self) if args.turn_advantages else None
-        )  # per-turn rewards -> advantages
+        self._turn_credit = TurnCredit(self) if args.turn_advantages else None  # grpo_hub.turns
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """TRL's save, without PEFT's frozen `ref/` adapter folder unless `ref_adapter_save` (grpo_hub.reference)."""
