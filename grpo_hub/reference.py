@@ -311,10 +311,12 @@ def unwrap_peft_model(model):
     return model
 
 
-def resume_folder(args, global_step: int) -> str | None:
-    """Checkpoint folder to restore the reference from: `args.resume_from_checkpoint` when it is a path
-    holding the file, else `<output_dir>/checkpoint-<global_step>` (where Trainer saves); None if absent."""
+def resume_folder(args, global_step: int, explicit: str | None = None) -> str | None:
+    """Checkpoint folder to restore the reference from: `explicit` (the path given to `trainer.train()`) or
+    `args.resume_from_checkpoint` when it is a path holding the file, else `<output_dir>/checkpoint-<global_step>`
+    (where Trainer saves); None if absent."""
     candidates = [
+        explicit,
         getattr(args, "resume_from_checkpoint", None),
         os.path.join(args.output_dir, f"checkpoint-{global_step}"),
     ]
@@ -339,6 +341,7 @@ class ReferenceAdapterCallback(TrainerCallback):
         self.sync_steps = sync_steps
         self.mixup_alpha = mixup_alpha
         self.refreshed_at: list[int] = []
+        self.resume_from: str | None = None  # set by GRPOHubTrainer.train(resume_from_checkpoint=<path>)
 
     def _refresh(self, model, global_step: int) -> None:
         refresh_reference_adapter(unwrap_peft_model(model), self.mixup_alpha)
@@ -355,14 +358,14 @@ class ReferenceAdapterCallback(TrainerCallback):
         freeze_reference_adapter(peft_model)
         paired_parameters(peft_model, trained_adapter_name(peft_model))
         if state.global_step > 0:
-            folder = resume_folder(args, state.global_step)
+            folder = resume_folder(args, state.global_step, self.resume_from)
             if folder is None:
                 raise ValueError(
                     f"Resuming at step {state.global_step} but no {REF_ADAPTER_FILE} was found in "
-                    f"`args.resume_from_checkpoint` or {args.output_dir}/checkpoint-{state.global_step}; the "
-                    "reference adapter would silently restart from its initial value. Fix: set the training "
-                    "argument `resume_from_checkpoint` to the checkpoint folder (the path given to "
-                    "`trainer.train()` is not visible to callbacks), or resume from a checkpoint saved with it."
+                    f"the resumed checkpoint or {args.output_dir}/checkpoint-{state.global_step}; the reference "
+                    "adapter would silently restart from its initial value. Fix: resume from a checkpoint saved "
+                    "with the reference adapter (GRPOHubTrainer writes it), passing its folder to "
+                    "`trainer.train(resume_from_checkpoint=...)`."
                 )
             load_reference_adapter(peft_model, folder, state.global_step)
 

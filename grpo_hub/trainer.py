@@ -51,6 +51,12 @@ class GRPOHubTrainer(GRPOTrainer):
         self._dynamic_sampler = DynamicSampler(self) if args.dynamic_sampling else None
         self._turn_credit = TurnCredit(self) if args.turn_advantages else None  # grpo_hub.turns
 
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """TRL's train; a checkpoint folder given here also restores the frozen "ref" adapter saved in it."""
+        if self._reference_callback is not None and isinstance(resume_from_checkpoint, str):
+            self._reference_callback.resume_from = resume_from_checkpoint
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """TRL's save, without PEFT's frozen `ref/` adapter folder unless `ref_adapter_save` (grpo_hub.reference)."""
         super().save_model(output_dir, _internal_call)

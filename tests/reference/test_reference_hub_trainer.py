@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, TrainerCallback
 
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.reference import (
@@ -135,3 +135,31 @@ def test_fsdp_is_refused_with_a_fix(tmp_path):
     with pytest.raises(ValueError, match="not FSDP"):
         attach_reference_adapter(fsdp_trainer)
     assert REF_ADAPTER not in fsdp_trainer.model.peft_config
+
+
+class _RefAtStepBegin(TrainerCallback):
+    """Records the "ref" adapter tensors at the beginning of every optimizer step."""
+
+    def __init__(self):
+        self.ref = {}
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        self.ref[state.global_step] = adapter_tensors(model, REF_ADAPTER)
+
+
+def test_resume_path_given_to_train_restores_the_reference(tmp_path):
+    """`trainer.train(resume_from_checkpoint=<folder outside output_dir>)` restores the saved reference."""
+    settings = dict(max_steps=4, ref_adapter_sync_on="steps", ref_adapter_sync_steps=2, save_strategy="steps")
+    straight = _trainer(_config(tmp_path / "a", save_steps=2, **settings), peft_config=lora_config())
+    straight_probe = _RefAtStepBegin()
+    straight.add_callback(straight_probe)
+    straight.train()
+
+    resumed = _trainer(_config(tmp_path / "b", save_steps=100, **settings), peft_config=lora_config())
+    resumed_probe = _RefAtStepBegin()
+    resumed.add_callback(resumed_probe)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-2"))
+
+    before, after = straight_probe.ref[0], straight_probe.ref[2]
+    assert any(not torch.equal(before[n], after[n]) for n in after)  # the step-2 refresh moved it
+    assert all(torch.equal(resumed_probe.ref[2][n], t) for n, t in after.items())
