@@ -2,7 +2,8 @@
 
 "task-rank1-flat" data: rank 0 scores the built-in task, rank 1 only constant-reward groups, so with
 filtering on rank 1 has every row dropped at every step while rank 0 trains (tests/distributed/scenarios.py).
-The first DeepSpeed launch JIT-builds deepspeed_shm_comm (~40-100 s), cached in $TORCH_EXTENSIONS_DIR.
+The first DeepSpeed launch JIT-builds deepspeed_shm_comm (1-4 min) into $TORCH_EXTENSIONS_DIR;
+.ci/run builds it before the tests.
 """
 
 import json
