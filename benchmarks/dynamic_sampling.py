@@ -1,0 +1,138 @@
+"""Dynamic sampling benchmark: graded reward vs wall time, with and without DAPO dynamic sampling.
+
+Built-in `digits` task on the offline tiny model with the recommended LoRA settings (grpo_hub.tasks), in two
+variants: every prompt graded ("digits"), and only one prompt in 4 graded, the others getting a constant
+reward, so 3 groups in 4 carry no signal ("digits, 3/4 flat"). Three GRPOHubTrainer configurations:
+  plain    - no filtering (TRL's behaviour)
+  filter   - filter_zero_signal=True (drops zero-signal rows before the training forward)
+  dynamic  - dynamic_sampling=True (refills to 4 informative groups per step, at most 4 extra rounds)
+Each run trains `--steps` optimizer steps; after every step a callback records the wall time since training
+started and the mean digit reward of the graded prompts generated in that step. Wall time on the shared CPU
+box is noisy: compare orders of magnitude, not percent. Run:
+
+    python benchmarks/dynamic_sampling.py [--steps 30]
+"""
+
+import argparse
+import os
+import tempfile
+import time
+
+import torch
+from datasets import Dataset
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub.tasks import RECOMMENDED_TINY_CONFIG as TINY
+from grpo_hub.tasks import build_tiny_model, digit_fraction_reward, load_task_dataset
+
+CONFIGS = {
+    "plain": {},
+    "filter": {"filter_zero_signal": True},
+    "dynamic": {"dynamic_sampling": True, "dynamic_sampling_max_rounds": 4},
+}
+THRESHOLDS = (0.5, 0.8)
+
+
+def dataset(n: int, graded_every: int) -> Dataset:
+    """The digits prompts; all but every `graded_every`-th one rewritten to "Stay quiet" (constant reward)."""
+    prompts = load_task_dataset("digits", n=n, seed=0)["prompt"]
+    return Dataset.from_dict(
+        {"prompt": [p if i % graded_every == 0 else "Stay quiet:" + p[18:] for i, p in enumerate(prompts)]}
+    )
+
+
+def graded_reward(prompts, completions, log_metric=None, **kwargs):
+    """Digit fraction on the digits prompts, 0.5 on "Stay quiet"; logs the graded prompts' mean."""
+    rewards = digit_fraction_reward(prompts, completions)
+    graded = [r for p, r in zip(prompts, rewards, strict=True) if not p.startswith("Stay")]
+    if graded and log_metric is not None:
+        log_metric("graded_reward", sum(graded) / len(graded))
+    return [0.5 if p.startswith("Stay") else r for p, r in zip(prompts, rewards, strict=True)]
+
+
+class Clock(TrainerCallback):
+    """(seconds since train start, graded reward, trained rows) per logged step."""
+
+    def __init__(self):
+        self.points, self.start = [], None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "graded_reward" in logs:
+            trained = logs.get("filter/rows_trained", args.per_device_train_batch_size)
+            self.points.append((time.perf_counter() - self.start, logs["graded_reward"], trained))
+
+
+def run(model_dir: str, train_data: Dataset, steps: int, extra: dict) -> Clock:
+    torch.manual_seed(0)
+    clock = Clock()
+    args = GRPOHubConfig(
+        output_dir=tempfile.mkdtemp(),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        log_level="error",
+        logging_steps=1,
+        max_steps=steps,
+        seed=0,
+        shuffle_dataset=False,
+        learning_rate=TINY["learning_rate"],
+        num_generations=TINY["num_generations"],
+        per_device_train_batch_size=TINY["per_device_train_batch_size"],
+        max_completion_length=TINY["max_completion_length"],
+        beta=TINY["beta"],
+        **extra,
+    )
+    trainer = GRPOHubTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        reward_funcs=[graded_reward],
+        args=args,
+        train_dataset=train_data,
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        peft_config=LoraConfig(
+            r=TINY["lora_r"], lora_alpha=TINY["lora_alpha"], target_modules=TINY["lora_target_modules"]
+        ),
+        callbacks=[clock],
+    )
+    trainer.train()
+    return clock
+
+
+def time_to(points, threshold: float) -> str:
+    """Wall time at which the mean graded reward of 3 consecutive steps first reaches `threshold`."""
+    for i in range(2, len(points)):
+        if sum(p[1] for p in points[i - 2 : i + 1]) / 3 >= threshold:
+            return f"{points[i][0]:.1f}"
+    return "never"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=30)
+    cli = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    model_dir = build_tiny_model()
+    header = "| task | config | train s | rows trained/step | graded reward first 5 -> last 5 | s to 0.5 | s to 0.8 |"
+    print(header + "\n" + "|---" * 7 + "|")
+    for task, graded_every in (("digits", 1), ("digits, 3/4 flat", 4)):
+        data = dataset(cli.steps * 4 * 5 * 2, graded_every)
+        for name, extra in CONFIGS.items():
+            points = run(model_dir, data, cli.steps, extra).points
+            rewards = [p[1] for p in points]
+            rows = sum(p[2] for p in points) / len(points)
+            first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+            print(
+                f"| {task} | {name} | {points[-1][0]:.1f} | {rows:.1f} | {first:.2f} -> {last:.2f} | "
+                f"{time_to(points, THRESHOLDS[0])} | {time_to(points, THRESHOLDS[1])} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
