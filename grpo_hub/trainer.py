@@ -22,7 +22,7 @@ from grpo_hub.dynamic_sampling import DynamicSampler
 from grpo_hub.filtering import agreed_row_count, keep_rows
 from grpo_hub.reference import attach_reference_adapter, strip_reference_adapter
 from grpo_hub.turns import TurnCredit, turn_ids_from_tool_mask
-from grpo_hub.vllm_runtime import enable_cpu_weight_sync, log_is_diagnostics
+from grpo_hub.vllm_runtime import log_is_diagnostics, prepare_vllm_generation
 
 check_trl_seams(GRPOTrainer)
 
@@ -43,7 +43,7 @@ class GRPOHubTrainer(GRPOTrainer):
                 f"`args` must be a GRPOHubConfig, got {type(args).__name__}; build a GRPOHubConfig."
             )
         super().__init__(model, reward_funcs, args=args, **kwargs)
-        enable_cpu_weight_sync(self)
+        prepare_vllm_generation(self)
         self._check_data_dependent_options(kwargs)
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
         self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]

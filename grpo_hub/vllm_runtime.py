@@ -1,4 +1,4 @@
-"""Runtime pieces of vLLM generation: the per-step IS diagnostics and colocate weight sync on vLLM's CPU backend.
+"""Runtime pieces of vLLM generation: per-step IS diagnostics, the server log-prob check, CPU colocate weight sync.
 
 Diagnostics (logged every generation step while the correction is on, over all ranks):
   vllm_is/abs_logp_diff_mean, vllm_is/abs_logp_diff_max  |log π_trainer - log π_sampler| per token
@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from grpo_hub import importance
+from grpo_hub.vllm_checks import uses_sampler_logprobs
 
 
 def _is_settings(trainer) -> dict:
@@ -101,10 +102,33 @@ def _reload_weights(generation) -> None:
     generation.llm.reset_prefix_cache()
 
 
+def check_server_logprobs_mode(trainer) -> None:
+    """Server mode: raise where TRL only warns, when the server's log-probs are not `processed_logprobs`.
+
+    vLLM's default `raw_logprobs` are taken before temperature (and truncation), so with temperature != 1 the
+    IS ratio would compare two different distributions. `trl vllm-serve` passes `processed_logprobs` itself.
+    """
+    args = trainer.args
+    if (
+        args.vllm_mode != "server"
+        or not uses_sampler_logprobs(args)
+        or not trainer.accelerator.is_main_process
+    ):
+        return
+    mode = trainer.vllm_generation.vllm_client.get_server_info()["model_config"]["logprobs_mode"]
+    if mode != "processed_logprobs":
+        raise ValueError(
+            f"`vllm_mode`: the vLLM server returns {mode!r} log-probs (before temperature and truncation), but the "
+            "trainer compares them with log-probs after temperature. Fix: restart the server with "
+            "`--logprobs-mode processed_logprobs` (`trl vllm-serve` does), or set vllm_importance_sampling_correction="
+            "False and off_policy_mask_threshold=None."
+        )
+
+
 def enable_cpu_weight_sync(trainer) -> None:
     """On vLLM's CPU platform in colocate mode, sync weights through vLLM's in-place reload."""
-    generation = getattr(trainer, "vllm_generation", None)
-    if generation is None or generation.mode != "colocate":
+    generation = trainer.vllm_generation
+    if generation.mode != "colocate":
         return
     from vllm.platforms import current_platform
 
@@ -120,3 +144,11 @@ def enable_cpu_weight_sync(trainer) -> None:
             "trl's VLLMGeneration lacks `_iter_named_params`; grpo_hub supports trl>=1.16,<1.17."
         )
     generation.sync_weights = lambda: _reload_weights(generation)
+
+
+def prepare_vllm_generation(trainer) -> None:
+    """Called once the TRL trainer is built: the server log-prob check and, on CPU, the colocate weight sync."""
+    if not trainer.args.use_vllm:
+        return
+    check_server_logprobs_mode(trainer)
+    enable_cpu_weight_sync(trainer)

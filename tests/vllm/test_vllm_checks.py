@@ -1,12 +1,13 @@
 """Config-time vLLM IS rules (preset, bounds, sampler/trainer agreement) and the diagnostics' sums; no vLLM needed."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from grpo_hub.config import GRPOHubConfig
-from grpo_hub.vllm_runtime import local_is_sums
+from grpo_hub.vllm_runtime import check_server_logprobs_mode, local_is_sums
 
 CPU = {"use_cpu": True, "bf16": False, "report_to": "none"}
 
@@ -144,3 +145,41 @@ def test_local_is_sums_match_a_loop(level, pooling, low, high):
     expected = naive_sums(trainer, sampler, mask, level, pooling, low, high)
     assert got.tolist() == pytest.approx(expected, rel=1e-9, abs=1e-12)
     assert 0 < got[5] < got[4]  # the bounds were chosen so that some, not all, units are out of range
+
+
+class FakeServerClient:
+    """The one VLLMClient call the check makes: GET /get_server_info, answered with a given logprobs_mode."""
+
+    def __init__(self, logprobs_mode):
+        self.logprobs_mode, self.calls = logprobs_mode, 0
+
+    def get_server_info(self):
+        self.calls += 1
+        return {"model_config": {"logprobs_mode": self.logprobs_mode}}
+
+
+def server_trainer(tmp_path, logprobs_mode, **overrides):
+    client = FakeServerClient(logprobs_mode)
+    trainer = SimpleNamespace(
+        args=vllm_config(tmp_path, vllm_mode="server", **overrides),
+        accelerator=SimpleNamespace(is_main_process=True),
+        vllm_generation=SimpleNamespace(vllm_client=client),
+    )
+    return trainer, client
+
+
+@pytest.mark.parametrize("mode", ["raw_logprobs", "raw_logits", "processed_logits"])
+def test_server_with_other_logprobs_mode_is_rejected(tmp_path, mode):
+    trainer, client = server_trainer(tmp_path, mode)
+    with pytest.raises(ValueError, match=f"`vllm_mode`.*{mode}.*Fix:"):
+        check_server_logprobs_mode(trainer)
+    assert client.calls == 1
+
+
+def test_server_with_processed_logprobs_or_no_correction_passes(tmp_path):
+    trainer, client = server_trainer(tmp_path, "processed_logprobs")
+    check_server_logprobs_mode(trainer)
+    assert client.calls == 1
+    trainer, client = server_trainer(tmp_path, "raw_logprobs", vllm_importance_sampling_correction=False)
+    check_server_logprobs_mode(trainer)  # nothing uses the sampler's log-probs
+    assert client.calls == 0
