@@ -38,6 +38,18 @@ def uncorrected_run(runs_dir):
 
 
 @pytest.fixture(scope="module")
+def geometric_run(runs_dir):
+    config = {
+        "vllm_importance_sampling_mode": "sequence_truncate",
+        "vllm_is_pooling": "mean",
+        "vllm_importance_sampling_clip_min": 0.99,
+        "vllm_importance_sampling_clip_max": 1.01,
+        "max_steps": 1,
+    }
+    return run_worker(runs_dir / "geometric", config)[0]
+
+
+@pytest.fixture(scope="module")
 def two_rank_mask_runs(runs_dir):
     config = {
         "vllm_importance_sampling_mode": "token_mask",
@@ -96,6 +108,15 @@ def test_correction_changes_the_update(agilerl_run, uncorrected_run):
     assert not any(
         key.startswith("vllm_is/") for key in uncorrected
     )  # diagnostics only with the correction on
+
+
+def test_geometric_sequence_weights_stay_in_bounds(geometric_run):
+    """vllm_is_pooling="mean" end to end with real engine log-probs: the trainer replaces TRL's product ratio by
+    exp(mean_t Δ_t) (its own metric), truncated to the bounds; the diagnostics count sequences."""
+    (log,) = step_logs(geometric_run)
+    assert 0.99 - 1e-6 <= log["sampling/is_ratio_geometric/mean"] <= 1.01 + 1e-6
+    assert 0.0 <= log["vllm_is/frac_truncated"] <= 1.0
+    assert all(math.isfinite(log[f"vllm_is/{name}"]) for name in DIAGNOSTICS)
 
 
 def test_two_ranks_lora_mask_tokens_outside_the_bounds(two_rank_mask_runs):
