@@ -21,6 +21,7 @@ BENCHMARKS = {
     "memory": ["--quick"],
     "filtering": ["--reps", "1", "--steps", "1"],
     "reference": ["--skip-05b", "--steps", "2", "--repeats", "2"],
+    "dynamic_sampling": ["--steps", "3"],
 }
 
 

@@ -36,6 +36,16 @@ TINY_SHAPE = {  # --quick: seconds, not minutes
     "num_key_value_heads": 1,
     "head_dim": 32,
 }
+QWEN25_05B_CONFIG = {  # Qwen/Qwen2.5-0.5B config.json (the shape only; weights are random)
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+}
 # Trainer kinds: plain TRL, grpo_hub with every extra feature off, grpo_hub with zero-signal filtering.
 TRL, HUB_OFF, HUB_FILTER = "trl", "hub-off", "hub-filter"
 GROUP_SIZE = 4

@@ -22,18 +22,8 @@ import tempfile
 
 import torch
 
-from benchmarks.common import TINY_SHAPE, load_tokenizer, print_table
+from benchmarks.common import QWEN25_05B_CONFIG, TINY_SHAPE, load_tokenizer, print_table
 
-QWEN25_05B_SHAPE = {  # Qwen/Qwen2.5-0.5B config.json, without its tokenizer's vocabulary size
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 32768,
-    "tie_word_embeddings": True,
-}
-QWEN25_VOCAB = 151936
 VARIANTS = ("trl-full-sync", "trl-lora", "hub-lora-ref")
 BETA = 0.04
 STEPS = 2
@@ -47,13 +37,12 @@ def save_random_model(folder: str, quick: bool) -> None:
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     tokenizer = load_tokenizer()
-    shape = {**TINY_SHAPE, "tie_word_embeddings": True} if quick else QWEN25_05B_SHAPE
-    config = Qwen2Config(
-        vocab_size=len(tokenizer) if quick else QWEN25_VOCAB,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        **shape,
+    shape = (
+        {**TINY_SHAPE, "vocab_size": len(tokenizer), "tie_word_embeddings": True}
+        if quick
+        else QWEN25_05B_CONFIG
     )
+    config = Qwen2Config(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **shape)
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(folder)
     tokenizer.save_pretrained(folder)

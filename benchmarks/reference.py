@@ -13,7 +13,7 @@ Time: a hard refresh (`refresh_reference_adapter`, mean of repeated calls) divid
          bound of a GRPO step, which also generates and scores; so the printed fraction is an upper bound.
 Run:
 
-    OMP_NUM_THREADS=1 python benchmarks/reference.py [--skip-05b]
+    OMP_NUM_THREADS=1 python -m benchmarks.reference [--skip-05b]
 """
 
 import argparse
@@ -25,6 +25,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config, TrainerCallback
 
+from benchmarks.common import QWEN25_05B_CONFIG
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.reference import (
     REF_ADAPTER,
@@ -34,16 +35,6 @@ from grpo_hub.reference import (
 )
 from grpo_hub.tasks import DEFAULT_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
 
-QWEN25_05B = dict(  # Qwen/Qwen2.5-0.5B config.json
-    vocab_size=151936,
-    hidden_size=896,
-    intermediate_size=4864,
-    num_hidden_layers=24,
-    num_attention_heads=14,
-    num_key_value_heads=2,
-    max_position_embeddings=32768,
-    tie_word_embeddings=True,
-)
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -153,7 +144,7 @@ def main() -> None:
     tiny_config = AutoConfig.from_pretrained(build_tiny_model())
     shapes = {
         "tiny (fp32)": (tiny_config, torch.float32),
-        "qwen2.5-0.5b shape (bf16)": (Qwen2Config(**QWEN25_05B), torch.bfloat16),
+        "qwen2.5-0.5b shape (bf16)": (Qwen2Config(**QWEN25_05B_CONFIG), torch.bfloat16),
     }
     print("| model | full ref copy | trained adapter | ref adapter | ref / trained | ref / full copy |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -171,7 +162,7 @@ def main() -> None:
         f"| tiny, GRPOHubTrainer step (8 x 32 tokens) | {step:.3f} | {refresh * 1e3:.3f} | {refresh / step:.2%} |"
     )
     if not args.skip_05b:
-        step, refresh = mid_step_and_refresh(Qwen2Config(**QWEN25_05B), args.repeats)
+        step, refresh = mid_step_and_refresh(Qwen2Config(**QWEN25_05B_CONFIG), args.repeats)
         print(
             f"| qwen2.5-0.5b shape, fwd+bwd 4 x 64 tokens | {step:.3f} | {refresh * 1e3:.3f} | {refresh / step:.2%} |"
         )

@@ -1,0 +1,84 @@
+"""Smoke test of `python -m benchmarks --quick`: every benchmark runs and prints its full table.
+
+Checks the rows and that every ratio is a finite number; never a timing value (see DESIGN.md, "Benchmarks,
+not timed tests").
+"""
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import BENCHMARKS
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def sections() -> dict[str, str]:
+    """{benchmark name: its printed output} from one `python -m benchmarks --quick` run."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    parts = re.split(r"^# benchmarks\.(\w+) .*$", done.stdout, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """Cells of every Markdown table body row in `text` (header and separator rows left out)."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    return [row for i, row in enumerate(rows) if not row[0].startswith("---") and not _is_header(rows, i)]
+
+
+def _is_header(rows: list[list[str]], i: int) -> bool:
+    return i + 1 < len(rows) and rows[i + 1][0].startswith("---")
+
+
+def finite(cell: str) -> float:
+    value = float(cell)
+    assert math.isfinite(value), cell
+    return value
+
+
+def test_every_benchmark_ran(sections):
+    assert set(sections) == set(BENCHMARKS)
+
+
+def test_step_time_table(sections):
+    rows = table_rows(sections["step_time"])
+    sweep = [row for row in rows if row[1] in ("hub-off", "hub-filter")]
+    assert [(row[0], row[1]) for row in sweep] == [
+        (f, kind) for f in ("0.00", "0.25", "0.50", "0.75") for kind in ("hub-off", "hub-filter")
+    ]
+    for row in sweep:
+        assert all(finite(cell) > 0 for cell in row[3:])
+    pooled = {row[0]: row[1:] for row in rows if row[0].startswith(("train", "whole"))}
+    assert set(pooled) == {"train (generation excluded)", "whole step (generation included)"}
+    assert all(finite(cell) > 0 for cells in pooled.values() for cell in cells)
+
+
+def test_memory_table(sections):
+    rows = {row[0]: row[1:] for row in table_rows(sections["memory"])}
+    assert set(rows) == {"trl-full-sync", "trl-lora", "hub-lora-ref"}
+    assert finite(rows["trl-full-sync"][1]) == 1.0  # the full copy is the unit
+    assert finite(rows["trl-lora"][1]) == 0.0  # base with adapters off: nothing held
+    assert 0 < finite(rows["hub-lora-ref"][1]) < 1
+    assert all(finite(cell) > 0 for cells in rows.values() for cell in cells[2:])  # peak RSS
+
+
+@pytest.mark.parametrize("name", ["filtering", "reference"])
+def test_other_benchmarks_print_finite_ratios(sections, name):
+    numbers = re.findall(r"-?\d+\.\d+|nan|inf", sections[name])
+    assert numbers, sections[name]
+    assert all(math.isfinite(float(n)) for n in numbers)
