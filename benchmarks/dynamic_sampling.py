@@ -8,10 +8,10 @@ reward, so 3 groups in 4 carry no signal ("digits, 3/4 flat"). Three GRPOHubTrai
   filter   - filter_zero_signal=True (drops zero-signal rows before the training forward)
   dynamic  - dynamic_sampling=True (refills to 4 informative groups per step, at most 4 extra rounds)
 Each run trains `--steps` optimizer steps; after every step a callback records the wall time since training
-started, the mean digit reward of the graded prompts generated in that step, and the rows trained. Wall time on the shared CPU
-box is noisy: compare orders of magnitude, not percent. Run:
+started, the mean digit reward of the graded prompts generated in that step, and the rows trained. Wall time
+on the shared CPU box is noisy: compare orders of magnitude, not percent. Run:
 
-    python benchmarks/dynamic_sampling.py [--steps 30]
+    python benchmarks/dynamic_sampling.py [--steps 40]      # or: python -m benchmarks --only dynamic_sampling
 """
 
 import argparse
@@ -110,10 +110,10 @@ def reached(points, threshold: float) -> tuple[str, str]:
     return "never", "-"
 
 
-def reward_at(points, seconds: float) -> float:
-    """Mean graded reward of the last 3 steps finished within `seconds` of wall time."""
+def reward_at(points, seconds: float) -> str:
+    """Mean graded reward of the last 3 steps finished within `seconds` of wall time ("-": none finished)."""
     done = [p[1] for p in points if p[0] <= seconds][-3:]
-    return sum(done) / len(done) if done else float("nan")
+    return f"{sum(done) / len(done):.2f}" if done else "-"
 
 
 def main() -> None:
@@ -135,11 +135,11 @@ def main() -> None:
         for name, points in runs.items():
             rewards = [p[1] for p in points]
             rows = sum(p[2] for p in points) / len(points)
-            first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+            first, last = (sum(part) / len(part) for part in (rewards[:5], rewards[-5:]))
             step, seconds = reached(points, THRESHOLD)
             print(
                 f"| {task} | {name} | {points[-1][0]:.1f} | {rows:.1f} | {first:.2f} -> {last:.2f} | {step} "
-                f"| {seconds} | {reward_at(points, fastest):.2f} ({fastest:.1f} s) |"
+                f"| {seconds} | {reward_at(points, fastest)} ({fastest:.1f} s) |"
             )
 
 
