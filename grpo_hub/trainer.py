@@ -203,15 +203,10 @@ class GRPOHubTrainer(GRPOTrainer):
     def _geometric_is_ratio(self, output) -> torch.Tensor:
         """Sequence IS weight from the geometric mean of token ratios (TRL uses their product)."""
         mask = output["completion_mask"] * output.get("tool_mask", 1)
-        trainer_logps = output["old_per_token_logps"]
-        sampler_logps = output["sampling_per_token_logps"]
-        sampler_logps = torch.where(
-            torch.isnan(sampler_logps), trainer_logps, sampler_logps
-        )  # unscored: ratio 1
         mode = "truncate" if self.vllm_importance_sampling_mode.endswith("truncate") else "mask"
-        weights = importance.rollout_is_weights(
-            trainer_logps,
-            sampler_logps,
+        weights = importance.rollout_is_weights(  # a NaN sampler logprob: ratio 1, left out of the mean
+            output["old_per_token_logps"],
+            output["sampling_per_token_logps"],
             mask,
             level="sequence",
             pooling="mean",

@@ -173,7 +173,8 @@ def test_geometric_vllm_is_ratio_with_fake_sampler_logprobs(tmp_path, tiny_model
     trainer.vllm_importance_sampling_clip_min, trainer.vllm_importance_sampling_clip_max = 0.5, 1.5
     trainer_logps = -torch.rand(4, 6)
     sampler_logps = trainer_logps - torch.tensor([[0.1], [-0.1], [1.0], [0.0]])
-    sampler_logps[3, 2] = float("nan")  # a token vLLM could not score: ratio 1
+    # tokens vLLM could not score: ratio 1, and left out of the geometric mean's token count
+    sampler_logps[0, 1] = sampler_logps[1, 5] = sampler_logps[3, 2] = float("nan")
     mask = torch.ones(4, 6, dtype=torch.long)
     mask[0, 3:] = 0
     output = {
@@ -182,10 +183,13 @@ def test_geometric_vllm_is_ratio_with_fake_sampler_logprobs(tmp_path, tiny_model
         "sampling_per_token_logps": sampler_logps,
     }
     weights = trainer._geometric_is_ratio(output)
-    # geometric mean of token ratios = exp(mean log-ratio), independent of the length; then truncated
+    # geometric mean of token ratios = exp(mean log-ratio over the scored tokens only), independent of the
+    # length and of unscored tokens; then truncated
     expected = torch.tensor([[0.1], [-0.1], [1.0], [0.0]]).exp().clamp(0.5, 1.5)
     torch.testing.assert_close(weights, expected)
-    product = torch.exp(torch.tensor([[0.3], [-0.6], [6.0], [0.0]])).clamp(0.5, 1.5)  # TRL's pooling
+    diluted = torch.tensor([[0.2 / 3], [-0.5 / 6]]).exp()  # NaN tokens counted in the mean's denominator
+    assert not torch.allclose(weights[:2], diluted)
+    product = torch.exp(torch.tensor([[0.2], [-0.5], [6.0], [0.0]])).clamp(0.5, 1.5)  # TRL's pooling
     assert not torch.allclose(weights, product)
 
 
