@@ -70,11 +70,15 @@ def test_step_time_table(sections):
 
 def test_memory_table(sections):
     rows = {row[0]: row[1:] for row in table_rows(sections["memory"])}
-    assert set(rows) == {"trl-full-sync", "trl-lora", "hub-lora-ref"}
+    assert set(rows) == {"trl-full", "trl-full-sync", "trl-lora", "hub-lora-ref"}
     assert finite(rows["trl-full-sync"][1]) == 1.0  # the full copy is the unit
-    assert finite(rows["trl-lora"][1]) == 0.0  # base with adapters off: nothing held
+    assert (
+        finite(rows["trl-full"][1]) == finite(rows["trl-lora"][1]) == 0.0
+    )  # no reference / base as reference
     assert 0 < finite(rows["hub-lora-ref"][1]) < 1
-    assert all(finite(cell) > 0 for cells in rows.values() for cell in cells[2:])  # peak RSS
+    assert all(finite(cell) > 0 for cells in rows.values() for cell in cells[2:4])  # peak RSS
+    for variant in ("trl-full-sync", "hub-lora-ref"):  # peak minus its baseline's (can be negative: noise)
+        finite(rows[variant][4])
 
 
 @pytest.mark.parametrize("name", ["filtering", "reference"])
