@@ -49,8 +49,9 @@ def tiny_peft_model(seed: int = 0):
     return get_peft_model(AutoModelForCausalLM.from_pretrained(build_tiny_model()), lora_config())
 
 
-def grpo_args(output_dir: str, **overrides) -> GRPOConfig:
-    """CPU GRPOConfig for a few fast deterministic steps: 4 prompts x 4 generations x 8 tokens per step."""
+def grpo_args(output_dir: str, config_cls: type[GRPOConfig] = GRPOConfig, **overrides) -> GRPOConfig:
+    """CPU `config_cls` (GRPOConfig or a subclass) for a few fast deterministic steps: 4 prompts x 4
+    generations x 8 tokens per step."""
     values = dict(
         output_dir=str(output_dir),
         use_cpu=True,
@@ -70,7 +71,7 @@ def grpo_args(output_dir: str, **overrides) -> GRPOConfig:
         disable_tqdm=True,
     )
     values.update(overrides)
-    return GRPOConfig(**values)
+    return config_cls(**values)
 
 
 def adapter_tensors(model, adapter: str) -> dict[str, torch.Tensor]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from peft import LoraConfig
+from helpers import char_code_reward, grpo_args, lora_config  # sibling file: the script dir is on sys.path
 from transformers import TrainerCallback
 
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
@@ -24,11 +24,6 @@ from grpo_hub.reference import REF_ADAPTER, paired_parameters, reference_state_d
 from grpo_hub.tiny_model import build_tiny_model
 
 PROMPTS = ["write the letter a", "count to three", "repeat b b b", "say many times c"]
-
-
-def char_code_reward(completions, **kwargs):
-    """Mean character code / 128: varies between completions, so every step moves the adapter."""
-    return [sum(map(ord, c)) / (128 * max(len(c), 1)) for c in completions]
 
 
 def sha256(tensors: dict[str, torch.Tensor]) -> str:
@@ -109,21 +104,12 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     result_dir = Path(args.result_dir)
-    config = GRPOHubConfig(
-        output_dir=args.output_dir or str(result_dir / "trainer_output"),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        learning_rate=5e-2,
-        beta=0.1,
+    config = grpo_args(
+        args.output_dir or str(result_dir / "trainer_output"),
+        GRPOHubConfig,
         max_steps=args.max_steps,
-        logging_steps=1,
         save_strategy="steps" if args.save_steps else "no",
         save_steps=args.save_steps or 500,
-        report_to=[],
-        seed=0,
         ref_adapter_sync_on="steps",
         ref_adapter_sync_steps=args.sync_steps,
         ref_adapter_mixup_alpha=args.alpha,
@@ -134,7 +120,7 @@ def main() -> None:
         reward_funcs=char_code_reward,
         args=config,
         train_dataset=Dataset.from_dict({"prompt": PROMPTS * 8}),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        peft_config=lora_config(),
         callbacks=[probe],
     )
     trainer.train(resume_from_checkpoint=args.resume)

@@ -18,6 +18,7 @@ from grpo_hub.tiny_model import build_tiny_model
 from .helpers import (
     adapter_tensors,
     char_code_reward,
+    grpo_args,
     lora_config,
     prompt_dataset,
     tiny_peft_model,
@@ -26,24 +27,7 @@ from .helpers import (
 
 
 def _config(output_dir, **overrides) -> GRPOHubConfig:
-    values = dict(
-        output_dir=str(output_dir),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        learning_rate=5e-2,
-        beta=0.1,
-        max_steps=3,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-        disable_tqdm=True,
-    )
-    values.update(overrides)
-    return GRPOHubConfig(**values)
+    return grpo_args(output_dir, GRPOHubConfig, **{"max_steps": 3, **overrides})
 
 
 def _trainer(config, model=None, peft_config=None) -> GRPOHubTrainer:
