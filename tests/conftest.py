@@ -1,4 +1,4 @@
-"""Shared test setup: small thread counts on the 2-core machine, and `requires` for optional stacks."""
+"""Shared test setup: small thread counts on the 2-core machine, `requires` for optional stacks, the tiny model."""
 
 import importlib.util
 import os
@@ -21,3 +21,11 @@ def requires(module: str, why: str = "") -> None:
     if IN_CI:
         pytest.fail(message)
     pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir():
+    """Folder of the offline tiny model (built once per machine by grpo_hub.tasks)."""
+    from grpo_hub.tasks import build_tiny_model
+
+    return build_tiny_model()

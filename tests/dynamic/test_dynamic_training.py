@@ -7,7 +7,7 @@ import torch
 
 from grpo_hub.config import GRPOHubConfig
 from grpo_hub.trainer import GRPOHubTrainer
-from tests.integration.conftest import hub_config, make_trainer
+from tests.helpers import make_trainer, tiny_config
 
 from .degenerate import degenerate_dataset, mostly_flat_digit_reward, mostly_flat_reward
 
@@ -16,7 +16,7 @@ BATCH = {"per_device_train_batch_size": 16, "shuffle_dataset": False}
 
 
 def degenerate_trainer(tmp_path, model_dir, n_prompts=400, reward=mostly_flat_reward, **overrides):
-    args = hub_config(tmp_path, **{**BATCH, **overrides})
+    args = tiny_config(tmp_path, **{**BATCH, **overrides})
     dataset = degenerate_dataset(n_prompts)
     seen: list[str] = []
 
@@ -111,7 +111,7 @@ def test_without_zero_signal_groups_dynamic_sampling_changes_nothing(tmp_path, t
 
     weights = {}
     for dynamic in (False, True):
-        args = hub_config(tmp_path, **BATCH, filter_zero_signal=True, dynamic_sampling=dynamic, max_steps=2)
+        args = tiny_config(tmp_path, **BATCH, filter_zero_signal=True, dynamic_sampling=dynamic, max_steps=2)
         trainer = make_trainer(GRPOHubTrainer, tiny_model_dir, args, reward_funcs=[varied])
         trainer.train()
         assert all(entry["filter/rows_trained"] == 16.0 for entry in step_logs(trainer))
@@ -156,9 +156,9 @@ def test_reward_rises_with_dynamic_sampling_on_a_mostly_degenerate_task(tmp_path
 )
 def test_bad_dynamic_sampling_settings_name_the_field(tmp_path, overrides, field):
     with pytest.raises(ValueError, match=f"`{field}`"):
-        hub_config(tmp_path, **overrides)
+        tiny_config(tmp_path, **overrides)
 
 
 def test_dynamic_sampling_implies_zero_signal_filtering(tmp_path):
-    config = hub_config(tmp_path, dynamic_sampling=True)
+    config = tiny_config(tmp_path, dynamic_sampling=True)
     assert isinstance(config, GRPOHubConfig) and config.filter_zero_signal

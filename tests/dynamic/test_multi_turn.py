@@ -9,27 +9,18 @@ import torch
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer, losses
 from grpo_hub.tool_task import add, answer_reward, load_tool_dataset, tool_call_turn_reward, tool_tokenizer
 from grpo_hub.turns import turn_ids_from_tool_mask, turn_level_advantages
+from tests.helpers import CPU, tiny_config
 
 from .scripted import OUTCOMES, TURN_REWARDS, ScriptedRollouts
-
-CPU = {"use_cpu": True, "bf16": False, "report_to": "none", "save_strategy": "no", "disable_tqdm": True}
 
 
 def tool_trainer(tmp_path, model_dir, **overrides):
     settings = {
-        "output_dir": str(tmp_path),
-        "per_device_train_batch_size": 8,
-        "num_generations": 4,
         "max_completion_length": 200,
-        "learning_rate": 1e-2,
-        "logging_steps": 1,
-        "max_steps": 1,
-        "seed": 0,
         "shuffle_dataset": False,
         "loss_type": "grpo",
         "importance_sampling_level": "turn",
         "turn_advantages": "turn",
-        **CPU,
         **overrides,
     }
     from transformers import AutoModelForCausalLM
@@ -41,7 +32,7 @@ def tool_trainer(tmp_path, model_dir, **overrides):
         tools=[add],
         train_dataset=load_tool_dataset(32),
         processing_class=tokenizer,
-        args=GRPOHubConfig(**settings),
+        args=tiny_config(tmp_path, **settings),
     )
     trainer._generate_single_turn = ScriptedRollouts(trainer.processing_class)
     return trainer

@@ -6,22 +6,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from grpo_hub import advantages as adv_fns
 from grpo_hub.trainer import GRPOHubTrainer
-
-from .conftest import CPU, hub_config, make_trainer
-
-
-def trl_config(tmp_path, **overrides) -> GRPOConfig:
-    settings = {
-        "output_dir": str(tmp_path),
-        "per_device_train_batch_size": 8,
-        "num_generations": 4,
-        "max_completion_length": 8,
-        "max_steps": 1,
-        "seed": 0,
-        **CPU,
-        **overrides,
-    }
-    return GRPOConfig(**settings)
+from tests.helpers import make_trainer, tiny_config
 
 
 def scored_batch(trainer, seed=0):
@@ -69,8 +54,8 @@ CASES = [
 
 @pytest.mark.parametrize(("trl_kwargs", "hub_kwargs"), CASES, ids=[str(h) for _, h in CASES])
 def test_matches_plain_trl_on_the_same_batch(tmp_path, tiny_model_dir, trl_kwargs, hub_kwargs):
-    plain = make_trainer(GRPOTrainer, tiny_model_dir, trl_config(tmp_path, **trl_kwargs))
-    hub = make_trainer(GRPOHubTrainer, tiny_model_dir, hub_config(tmp_path, **hub_kwargs))
+    plain = make_trainer(GRPOTrainer, tiny_model_dir, tiny_config(tmp_path, GRPOConfig, **trl_kwargs))
+    hub = make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path, **hub_kwargs))
     plain_batch, hub_batch = scored_batch(plain), scored_batch(hub)
     for key, value in plain_batch.items():
         assert torch.equal(value, hub_batch[key]), key
@@ -95,7 +80,7 @@ def _reward(values):
 def test_reward_transforms_feed_the_advantages(tmp_path, tiny_model_dir):
     raw = [0.0, 5.0, -5.0, 1.0, 2.0, 2.5, 3.0, -1.0]
     trainer = make_trainer(
-        GRPOHubTrainer, tiny_model_dir, hub_config(tmp_path, reward_clip=2.0), reward_funcs=[_reward(raw)]
+        GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path, reward_clip=2.0), reward_funcs=[_reward(raw)]
     )
     batch = scored_batch(trainer)
     clipped = torch.tensor(raw).clamp(-2.0, 2.0)
@@ -107,7 +92,7 @@ def test_running_reward_norm_updates_only_in_training(tmp_path, tiny_model_dir):
     trainer = make_trainer(
         GRPOHubTrainer,
         tiny_model_dir,
-        hub_config(tmp_path, reward_norm="running"),
+        tiny_config(tmp_path, reward_norm="running"),
         reward_funcs=[_reward([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])],
     )
     scored_batch(trainer)
@@ -125,7 +110,7 @@ def test_running_reward_norm_updates_only_in_training(tmp_path, tiny_model_dir):
 def test_advantage_options(tmp_path, tiny_model_dir, options):
     raw = [0.0, 5.0, -5.0, 1.0, 2.0, 2.5, 3.0, -1.0]
     trainer = make_trainer(
-        GRPOHubTrainer, tiny_model_dir, hub_config(tmp_path, **options), reward_funcs=[_reward(raw)]
+        GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path, **options), reward_funcs=[_reward(raw)]
     )
     advantages = scored_batch(trainer)["advantages"]
     rewards = torch.tensor(raw)
@@ -142,7 +127,7 @@ def test_advantage_options(tmp_path, tiny_model_dir, options):
 def test_token_level_kl_enters_the_reward(tmp_path, tiny_model_dir):
     raw = [0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     coef = 0.5
-    config = hub_config(tmp_path, beta=0.1, token_level_kl_coef=coef)
+    config = tiny_config(tmp_path, beta=0.1, token_level_kl_coef=coef)
     trainer = make_trainer(GRPOHubTrainer, tiny_model_dir, config, reward_funcs=[_reward(raw)])
     with torch.no_grad():  # perturb the policy so that it differs from the reference model
         for p in trainer.model.parameters():
@@ -159,16 +144,16 @@ def test_token_level_kl_enters_the_reward(tmp_path, tiny_model_dir):
 
 def test_token_level_kl_without_reference_is_rejected(tmp_path, tiny_model_dir):
     with pytest.raises(ValueError, match="`token_level_kl_coef`"):
-        make_trainer(GRPOHubTrainer, tiny_model_dir, hub_config(tmp_path, token_level_kl_coef=0.1))
+        make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path, token_level_kl_coef=0.1))
 
 
 def test_turn_level_without_multi_turn_is_rejected(tmp_path, tiny_model_dir):
     with pytest.raises(ValueError, match="`importance_sampling_level`"):
-        make_trainer(GRPOHubTrainer, tiny_model_dir, hub_config(tmp_path, importance_sampling_level="turn"))
+        make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path, importance_sampling_level="turn"))
 
 
 def test_geometric_vllm_is_ratio_with_fake_sampler_logprobs(tmp_path, tiny_model_dir):
-    trainer = make_trainer(GRPOHubTrainer, tiny_model_dir, hub_config(tmp_path))
+    trainer = make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path))
     trainer.vllm_importance_sampling_mode = "sequence_truncate"  # what use_vllm=True would configure
     trainer.vllm_importance_sampling_clip_min, trainer.vllm_importance_sampling_clip_max = 0.5, 1.5
     trainer_logps = -torch.rand(4, 6)
@@ -208,7 +193,7 @@ def _turn_level_grads(trainer, inputs):
 def test_turn_level_ratio_pools_per_assistant_turn(tmp_path, tiny_model_dir):
     levels = {}
     for level in ("turn", "sequence", "token"):
-        args = hub_config(tmp_path, loss_type="grpo", epsilon=0.05, importance_sampling_level=level)
+        args = tiny_config(tmp_path, loss_type="grpo", epsilon=0.05, importance_sampling_level=level)
         levels[level] = make_trainer(GRPOHubTrainer, tiny_model_dir, args, rollout_func=_rollout)
     torch.manual_seed(0)
     batch = {

@@ -6,14 +6,13 @@ from trl.trainer.utils import split_tensor_dict
 
 from grpo_hub.filtering import agreed_row_count, keep_rows
 from grpo_hub.trainer import GRPOHubTrainer
-
-from .conftest import half_signal_dataset, half_signal_reward, hub_config, make_trainer
+from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer, tiny_config
 
 SETTINGS = {"gradient_accumulation_steps": 2, "shuffle_dataset": False}
 
 
 def half_signal_trainer(tmp_path, model_dir, **overrides):
-    args = hub_config(tmp_path, **{**SETTINGS, **overrides})
+    args = tiny_config(tmp_path, **{**SETTINGS, **overrides})
     return make_trainer(
         GRPOHubTrainer, model_dir, args, reward_funcs=[half_signal_reward], dataset=half_signal_dataset()
     )
@@ -142,7 +141,7 @@ def constant_reward(prompts, completions, **kwargs):
     ids=str,
 )
 def test_all_filtered_batch_neither_crashes_nor_moves_the_model(tmp_path, tiny_model_dir, loss):
-    args = hub_config(tmp_path, filter_zero_signal=True, max_steps=2, **SETTINGS, **loss)
+    args = tiny_config(tmp_path, filter_zero_signal=True, max_steps=2, **SETTINGS, **loss)
     trainer = make_trainer(GRPOHubTrainer, tiny_model_dir, args, reward_funcs=[constant_reward])
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()

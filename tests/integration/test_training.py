@@ -7,8 +7,7 @@ breaks. num_iterations=2 makes the second pass off-policy, so the clip / dual-cl
 import pytest
 
 from grpo_hub.trainer import GRPOHubTrainer
-
-from .conftest import hub_config, make_trainer
+from tests.helpers import make_trainer, tiny_config
 
 VARIANTS = {
     "dapo": {},
@@ -34,7 +33,7 @@ VARIANTS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_short_run_raises_mean_reward(tmp_path, tiny_model_dir, name):
-    args = hub_config(tmp_path, max_steps=24, num_iterations=2, learning_rate=3e-2, **VARIANTS[name])
+    args = tiny_config(tmp_path, max_steps=24, num_iterations=2, learning_rate=3e-2, **VARIANTS[name])
     trainer = make_trainer(GRPOHubTrainer, tiny_model_dir, args)
     trainer.train()
     key = "reward_raw" if args.reward_norm else "reward"

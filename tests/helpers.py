@@ -1,22 +1,17 @@
-"""Tiny-model fixtures for single-process GRPOHubTrainer tests (local folder, no Hub access)."""
+"""Tiny-model GRPO configs and trainers for the single-process tests (local folder, no Hub access)."""
 
-import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig
 
 from grpo_hub.config import GRPOHubConfig
-from grpo_hub.tasks import DEFAULT_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
+from grpo_hub.tasks import DEFAULT_TASK, get_reward_funcs, load_task_dataset
 
 CPU = {"use_cpu": True, "bf16": False, "report_to": "none", "save_strategy": "no", "disable_tqdm": True}
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir():
-    return build_tiny_model()
-
-
-def hub_config(tmp_path, **overrides) -> GRPOHubConfig:
-    """A small, fast GRPOHubConfig; `overrides` win."""
+def tiny_config(tmp_path, config_cls: type[GRPOConfig] = GRPOHubConfig, **overrides) -> GRPOConfig:
+    """A small, fast `config_cls` (GRPOHubConfig, or TRL's GRPOConfig for plain-TRL runs); `overrides` win."""
     settings = {
         "output_dir": str(tmp_path),
         "per_device_train_batch_size": 8,
@@ -30,7 +25,7 @@ def hub_config(tmp_path, **overrides) -> GRPOHubConfig:
         **CPU,
         **overrides,
     }
-    return GRPOHubConfig(**settings)
+    return config_cls(**settings)
 
 
 def load_model(model_dir, seed: int = 0):
