@@ -4,10 +4,12 @@
 caches DeepSpeed's JIT-built ops under `$TORCH_EXTENSIONS_DIR` (default `~/.cache/torch_extensions`),
 kills the whole process group on timeout, and fails with the tail of the output when the launch fails.
 The worker receives `--result-dir DIR` and writes `DIR/rank<k>.json` on every rank.
+`run_isolated` is the process-group runner underneath, shared with the vLLM and recipe tests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -45,21 +47,44 @@ def launch_env() -> dict[str, str]:
     return env
 
 
-def _tail(text: str) -> str:
+def output_tail(text: str) -> str:
+    """The last TAIL_CHARS characters of a run's output, for failure messages."""
     return text[-TAIL_CHARS:]
 
 
-def _communicate(proc: subprocess.Popen, timeout: float) -> str:
-    """Wait for `proc`; on timeout kill its whole process group (all ranks) and raise with the output tail."""
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def run_isolated(command: list[str], cwd, env: dict[str, str], timeout: float, what: str) -> str:
+    """Run `command` in its own process group and return its output (stdout and stderr).
+
+    The whole group (ranks, vLLM engine and worker processes) is killed afterwards, and on timeout.
+    Raises AssertionError naming `what`, with the output tail, on a timeout (hang?) or a non-zero exit.
+    """
+    proc = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=timeout)
-        return output
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc.pid)
         output, _ = proc.communicate()
         raise AssertionError(
-            f"accelerate launch timed out after {timeout}s (hang?). Output tail:\n{_tail(output)}"
+            f"{what} timed out after {timeout}s (hang?). Output tail:\n{output_tail(output)}"
         ) from None
+    finally:
+        _kill_group(proc.pid)  # processes the run may have left behind
+    if proc.returncode != 0:
+        raise AssertionError(f"{what} exited with {proc.returncode}. Output tail:\n{output_tail(output)}")
+    return output
 
 
 def run_accelerate(
@@ -81,22 +106,9 @@ def run_accelerate(
             str(script_path), *args,
             "--result-dir", result_dir,
         ]  # fmt: skip
-        proc = subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            env=launch_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        output = _communicate(proc, timeout)
-        if proc.returncode != 0:
-            raise AssertionError(
-                f"accelerate launch exited with {proc.returncode}. Output tail:\n{_tail(output)}"
-            )
+        output = run_isolated(command, REPO_ROOT, launch_env(), timeout, "accelerate launch")
         rank_files = sorted(Path(result_dir).glob("rank*.json"), key=lambda p: int(p.stem[len("rank") :]))
         if not rank_files:
-            raise AssertionError(f"no rank wrote a result. Output tail:\n{_tail(output)}")
+            raise AssertionError(f"no rank wrote a result. Output tail:\n{output_tail(output)}")
         ranks = [json.loads(path.read_text()) for path in rank_files]
     return {**ranks[0], "ranks": ranks}

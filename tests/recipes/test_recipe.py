@@ -1,18 +1,14 @@
 """recipes/grpo.py: default run (subprocess, learns), every YAML parses, few-step runs of each CPU config, CLI errors."""
 
-import contextlib
 import importlib.util
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import requires
-from tests.distributed.launch import free_port, launch_env
+from tests.distributed.launch import free_port, launch_env, run_isolated
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RECIPE = REPO_ROOT / "recipes" / "grpo.py"
@@ -39,30 +35,6 @@ def parse(recipe, *argv):
     return recipe.make_parser().parse_args_and_config(list(argv))
 
 
-def run_isolated(command, cwd, env, timeout) -> str:
-    """Run `command` in its own process group; kill the whole group afterwards (ranks, vLLM engines)."""
-    proc = subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        raise AssertionError(f"timed out after {timeout}s:\n{output[-6000:]}") from None
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, output[-6000:]
-    return output
-
-
 def launch(tmp_path, *args, accelerate_config=None, timeout=600):
     """`accelerate launch recipes/grpo.py ARGS --output_dir tmp/out`; return (summary dict, output dir)."""
     out = tmp_path / "out"
@@ -72,7 +44,7 @@ def launch(tmp_path, *args, accelerate_config=None, timeout=600):
     else:
         command += ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no"]
     command += [str(RECIPE), *args, "--output_dir", str(out)]
-    assert "GRPO done:" in run_isolated(command, tmp_path, launch_env(), timeout)
+    assert "GRPO done:" in run_isolated(command, tmp_path, launch_env(), timeout, "recipe run")
     return json.loads((out / "run_summary.json").read_text()), out
 
 
@@ -97,15 +69,14 @@ def test_two_cpu_ranks_with_the_ddp_accelerate_config(tmp_path):
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_colocate_config_runs_in_the_vllm_env(tmp_path):
-    from tests.vllm.engine import vllm_python
+    from tests.vllm.engine import vllm_env, vllm_python
 
-    env = {**launch_env(), "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONPATH": str(REPO_ROOT)}
     out = tmp_path / "out"
     command = [
         vllm_python(), str(RECIPE), "--config", str(CONFIGS / "vllm-colocate.yaml"),
         "--max_steps", "3", "--output_dir", str(out), "--use_cpu", "true", "--bf16", "false",
     ]  # fmt: skip
-    run_isolated(command, tmp_path, env, timeout=500)
+    run_isolated(command, tmp_path, vllm_env(), 500, "vLLM recipe run")
     summary = json.loads((out / "run_summary.json").read_text())
     assert summary["steps"] == 3 and len(summary["rewards"]) == 3
     assert (out / "adapter_model.safetensors").is_file()

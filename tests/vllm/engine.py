@@ -7,23 +7,20 @@ hangs is killed with its whole process group (vLLM starts engine and worker proc
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import IN_CI
+from tests.distributed.launch import free_port, launch_env, output_tail, run_isolated
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().parent / "colocate_worker.py"
 TWO_CPU_RANKS = REPO_ROOT / "recipes" / "accelerate" / "cpu-ddp.yaml"
 DEFAULT_PYTHON = "/opt/vllm-env/bin/python"
-TAIL_CHARS = 6000
 
 
 def vllm_python() -> str:
@@ -38,28 +35,13 @@ def vllm_python() -> str:
     pytest.skip(message)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        OMP_NUM_THREADS="1",
-        TOKENIZERS_PARALLELISM="false",
-        HF_HUB_OFFLINE="1",
-        PYTHONUNBUFFERED="1",
-        VLLM_CPU_KVCACHE_SPACE="1",  # GiB of KV cache per engine; vLLM's CPU default is 4
-        PYTHONPATH=str(REPO_ROOT),
-    )
-    return env
+def vllm_env() -> dict[str, str]:
+    """`launch_env()` plus a small vLLM KV cache and the repository on PYTHONPATH."""
+    return {
+        **launch_env(),
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache per engine; vLLM's CPU default is 4
+        "PYTHONPATH": str(REPO_ROOT),
+    }
 
 
 def run_worker(
@@ -82,29 +64,12 @@ def run_worker(
             python, "-m", "accelerate.commands.launch",
             "--config_file", str(TWO_CPU_RANKS),
             "--num_processes", str(ranks),
-            "--main_process_port", str(_free_port()),
+            "--main_process_port", str(free_port()),
         ]  # fmt: skip
-    proc = subprocess.Popen(
-        launcher + worker_args,
-        cwd=REPO_ROOT,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
-        output, _ = proc.communicate()
-        raise AssertionError(f"vLLM run timed out after {timeout}s:\n{output[-TAIL_CHARS:]}") from None
-    finally:
-        _kill_group(proc.pid)  # engine/worker processes the run may have left behind
-    assert proc.returncode == 0, f"vLLM run failed (exit {proc.returncode}):\n{output[-TAIL_CHARS:]}"
+    output = run_isolated(launcher + worker_args, REPO_ROOT, vllm_env(), timeout, "vLLM run")
     results = [result_dir / f"rank{k}.json" for k in range(ranks)]
     missing = [p.name for p in results if not p.is_file()]
-    assert not missing, f"ranks wrote no result {missing}:\n{output[-TAIL_CHARS:]}"
+    assert not missing, f"ranks wrote no result {missing}:\n{output_tail(output)}"
     return [json.loads(p.read_text()) for p in results]
 
 
