@@ -11,7 +11,7 @@ from trl import GRPOConfig
 
 from grpo_hub._compat import check_trl_version
 from grpo_hub.reference import validate_reference_settings
-from grpo_hub.vllm_checks import AGILERL_TOKEN_CAP, check_sampler_matches_trainer, resolve_vllm_is
+from grpo_hub.vllm_checks import AGILERL_TOKEN_CAP, _fail, check_sampler_matches_trainer, resolve_vllm_is
 
 check_trl_version()
 
@@ -31,10 +31,6 @@ TURN_ADVANTAGE_SCOPES = ("turn", "group")
 TRL_EPSILON = 0.2
 GSPO_EPSILON, GSPO_EPSILON_HIGH = 3e-4, 4e-4  # GSPO paper, section 5.1
 CISPO_EPSILON_HIGH = 5.0  # ScaleRL paper's recommended CISPO cap
-
-
-def _fail(field_name: str, problem: str, fix: str) -> None:
-    raise ValueError(f"`{field_name}`: {problem} Fix: {fix}")
 
 
 @dataclass

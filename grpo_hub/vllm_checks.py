@@ -39,6 +39,7 @@ NEUTRAL_GENERATION_KWARGS = {
 
 
 def _fail(field_name: str, problem: str, fix: str) -> None:
+    """Raise the ValueError of GRPOHubConfig and these checks: it names the field, the problem and the fix."""
     raise ValueError(f"`{field_name}`: {problem} Fix: {fix}")
 
 
