@@ -74,7 +74,7 @@ def measure(variant: str, model_dir: str) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_hub import GRPOHubConfig, GRPOHubTrainer
-    from grpo_hub.reference import reference_state_dict
+    from grpo_hub.reference import paired_parameters, trained_adapter_name
 
     after_imports = peak_rss_mib()
     settings = {
@@ -118,12 +118,15 @@ def measure(variant: str, model_dir: str) -> dict:
         if variant == "trl-full-sync":
             ref_tensors = list(trainer.ref_model.parameters())
         elif variant == "hub-lora-ref":
-            ref_tensors = list(reference_state_dict(trainer.model).values())
+            model = trainer.model
+            ref_tensors = [ref for _, _, ref in paired_parameters(model, trained_adapter_name(model))]
         else:
             ref_tensors = []
+        ref_bytes = sum(t.numel() * t.element_size() for t in ref_tensors)
+        del ref_tensors
         trainer.train()
     return {
-        "ref_bytes": sum(t.numel() * t.element_size() for t in ref_tensors),
+        "ref_bytes": ref_bytes,
         "rss_imports": after_imports,
         "rss_trained": peak_rss_mib(),
     }
