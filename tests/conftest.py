@@ -1,7 +1,9 @@
-"""Shared test setup: small thread counts on the 2-core machine, `requires` for optional stacks, the tiny model."""
+"""Shared test setup: small thread counts on the 2-core machine, `requires` for optional stacks, free ports,
+the tiny model."""
 
 import importlib.util
 import os
+import socket
 
 import pytest
 import torch
@@ -11,6 +13,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def requires(module: str, why: str = "") -> None:

@@ -13,23 +13,17 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from tests.conftest import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ACCELERATE_CONFIGS = REPO_ROOT / "recipes" / "accelerate"
 WORKER_DIR = Path(__file__).resolve().parent
 TAIL_CHARS = 6000
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def launch_env() -> dict[str, str]:

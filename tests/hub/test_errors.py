@@ -161,15 +161,12 @@ def test_callback_pushes_nothing_from_non_main_processes(hub, trained_run):
 
 
 def test_unreachable_hub_is_a_connection_error_naming_the_endpoint(hub, monkeypatch):
-    import socket
-
     from huggingface_hub import constants
 
     from grpo_hub.hub import HubConnectionError, download_adapter
+    from tests.conftest import free_port
 
-    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
-        probe.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    dead = f"http://127.0.0.1:{free_port()}"  # a port that was free a moment ago: nothing listens there
     monkeypatch.setattr(constants, "ENDPOINT", dead)
     with pytest.raises(
         HubConnectionError,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import requires
-from tests.distributed.launch import free_port, launch_env, run_isolated
+from tests.conftest import free_port, requires
+from tests.distributed.launch import launch_env, run_isolated
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RECIPE = REPO_ROOT / "recipes" / "grpo.py"

@@ -5,7 +5,6 @@ session; it is stopped at the end of the module. The page screenshot is kept in 
 """
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from grpo_hub import compare as C
-from tests.conftest import requires
+from tests.conftest import free_port, requires
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).parents[2]
@@ -33,13 +32,6 @@ FLAGS = [
 PROMPT = "Write only digits: 4 1 7"
 SEED = 7
 STARTUP_S = 180
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_until_served(url: str, process: subprocess.Popen, log: Path) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI
-from tests.distributed.launch import free_port, launch_env, output_tail, run_isolated
+from tests.conftest import IN_CI, free_port
+from tests.distributed.launch import launch_env, output_tail, run_isolated
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().parent / "colocate_worker.py"
