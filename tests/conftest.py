@@ -4,6 +4,7 @@ the tiny model."""
 import importlib.util
 import os
 import socket
+from typing import NoReturn
 
 import pytest
 import torch
@@ -22,14 +23,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def requires(module: str, why: str = "") -> None:
-    """Skip the calling test when `module` is missing locally; in CI a missing stack is a failure."""
-    if importlib.util.find_spec(module) is not None:
-        return
-    message = f"{module} is not installed{': ' + why if why else ''} (.ci/run installs it)"
+def skip_or_fail(message: str) -> NoReturn:
+    """A missing optional stack: skip the calling test locally; in CI it is a failure."""
     if IN_CI:
         pytest.fail(message)
     pytest.skip(message)
+
+
+def requires(module: str, why: str = "") -> None:
+    """Skip the calling test when `module` is missing locally; in CI a missing stack is a failure."""
+    if importlib.util.find_spec(module) is None:
+        skip_or_fail(f"{module} is not installed{': ' + why if why else ''} (.ci/run installs it)")
 
 
 @pytest.fixture(scope="session")

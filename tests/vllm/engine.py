@@ -12,9 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import IN_CI, free_port
+from tests.conftest import free_port, skip_or_fail
 from tests.distributed.launch import launch_env, output_tail, run_isolated
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -29,10 +27,7 @@ def vllm_python() -> str:
     probe = [python, "-c", "import vllm, trl, grpo_hub"]
     if Path(python).is_file() and subprocess.run(probe, capture_output=True).returncode == 0:
         return python
-    message = f"no vLLM environment at {python} with vllm, trl and grpo_hub (.ci/run builds it)"
-    if IN_CI:
-        pytest.fail(message)
-    pytest.skip(message)
+    skip_or_fail(f"no vLLM environment at {python} with vllm, trl and grpo_hub (.ci/run builds it)")
 
 
 def vllm_env() -> dict[str, str]:
