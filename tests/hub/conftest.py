@@ -59,14 +59,7 @@ def hub(fake_hub, tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def tiny_model_path():
-    from grpo_hub.tasks import build_tiny_model
-
-    return build_tiny_model()
-
-
-@pytest.fixture(scope="session")
-def trained_run(fake_hub, tiny_model_path, tmp_path_factory):
+def trained_run(fake_hub, tiny_model_dir, tmp_path_factory):
     """Train 4 GRPO steps (LoRA, beta > 0 so TRL adds a "ref" adapter), checkpoints at 2 and 4, with
     HubPushCallback pushing live to the local Hub. Returns the output folder, the callback and the trainer."""
     from peft import LoraConfig, get_peft_model
@@ -78,7 +71,7 @@ def trained_run(fake_hub, tiny_model_path, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("run") / "out"
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_path), lora)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora)
     args = GRPOConfig(
         output_dir=str(out),
         use_cpu=True,
@@ -100,7 +93,7 @@ def trained_run(fake_hub, tiny_model_path, tmp_path_factory):
     callback = HubPushCallback(RUN_REPO, base_model=RUN_BASE_MODEL_ID, token=ALICE)
     trainer = GRPOTrainer(
         model=model,
-        processing_class=AutoTokenizer.from_pretrained(tiny_model_path),
+        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
         reward_funcs=get_reward_funcs(DEFAULT_TASK),
         args=args,
         train_dataset=load_task_dataset(DEFAULT_TASK, n=16, seed=0),

@@ -21,7 +21,7 @@ def test_parser_registers_the_subcommands():
     assert {"push", "pull"} <= set(subparsers.choices)
 
 
-def test_cli_push_then_pull_merge_round_trip(hub, trained_run, tiny_model_path, tmp_path, capsys):
+def test_cli_push_then_pull_merge_round_trip(hub, trained_run, tiny_model_dir, tmp_path, capsys):
     from grpo_hub.cli import main
 
     checkpoint = trained_run["out"] / "checkpoint-4"
@@ -35,7 +35,7 @@ def test_cli_push_then_pull_merge_round_trip(hub, trained_run, tiny_model_path, 
         "pull",
         "alice/cli-run@step-4",
         "--base-model",
-        tiny_model_path,
+        tiny_model_dir,
         "--merge",
         "--output-dir",
         str(out),

@@ -59,16 +59,16 @@ def test_callback_pushes_each_checkpoint_to_its_branch_and_the_final_adapter_to_
 
 
 def test_pull_each_revision_returns_the_local_checkpoint_weights_pinned_to_its_commit(
-    trained_run, hub, tiny_model_path
+    trained_run, hub, tiny_model_dir
 ):
     from peft import get_peft_model_state_dict
 
     from grpo_hub.hub import pull_adapter
 
     for push in trained_run["callback"].pushed:
-        model, info = pull_adapter(f"{RUN_REPO}@{push.revision}", base_model=tiny_model_path, token=ALICE)
+        model, info = pull_adapter(f"{RUN_REPO}@{push.revision}", base_model=tiny_model_dir, token=ALICE)
         assert info.commit_sha == push.commit_sha and info.revision == push.revision
-        assert info.base_model == tiny_model_path
+        assert info.base_model == tiny_model_dir
         assert set(model.peft_config) == {"default"}
         _assert_same_tensors(
             get_peft_model_state_dict(model, save_embedding_layers=False),
@@ -76,7 +76,7 @@ def test_pull_each_revision_returns_the_local_checkpoint_weights_pinned_to_its_c
         )
 
 
-def test_pull_by_tag_and_by_commit_sha_resolve_to_the_same_pinned_commit(trained_run, hub, tiny_model_path):
+def test_pull_by_tag_and_by_commit_sha_resolve_to_the_same_pinned_commit(trained_run, hub, tiny_model_dir):
     from huggingface_hub import HfApi
 
     from grpo_hub.hub import download_adapter
@@ -112,16 +112,16 @@ def test_model_card_has_metadata_config_metrics_and_reward_curve(trained_run, hu
 
 
 def test_pull_merge_writes_a_merged_model_folder_with_the_same_outputs(
-    trained_run, hub, tiny_model_path, tmp_path
+    trained_run, hub, tiny_model_dir, tmp_path
 ):
     from transformers import AutoModelForCausalLM
 
     from grpo_hub.hub import pull_adapter
 
     spec = f"{RUN_REPO}@step-4"
-    peft_model, _ = pull_adapter(spec, base_model=tiny_model_path, token=ALICE)
+    peft_model, _ = pull_adapter(spec, base_model=tiny_model_dir, token=ALICE)
     merged, info = pull_adapter(
-        spec, base_model=tiny_model_path, merge=True, output_dir=tmp_path / "merged", token=ALICE
+        spec, base_model=tiny_model_dir, merge=True, output_dir=tmp_path / "merged", token=ALICE
     )
     assert info.output_dir == str(tmp_path / "merged")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf_home", "merged"]  # no staging folder left

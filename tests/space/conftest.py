@@ -1,17 +1,10 @@
-"""Fixtures of the Space tests: the offline tiny base and adapters made on it (trained, random, zero)."""
+"""Fixtures of the Space tests: adapters made on the offline tiny base (`tiny_model_dir`, tests/conftest.py),
+trained, random and zero."""
 
 import json
 import shutil
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def tiny_base():
-    """Folder of the offline tiny Qwen2 + tokenizer (the default one, which the Space also falls back to)."""
-    from grpo_hub.tasks import build_tiny_model
-
-    return build_tiny_model()
 
 
 def _save_lora(base: str, folder, init_lora_weights) -> str:
@@ -28,15 +21,15 @@ def _save_lora(base: str, folder, init_lora_weights) -> str:
 
 
 @pytest.fixture(scope="session")
-def random_adapter(tiny_base, tmp_path_factory):
+def random_adapter(tiny_model_dir, tmp_path_factory):
     """An adapter with random, non-zero LoRA A and B on the tiny base."""
-    return _save_lora(tiny_base, tmp_path_factory.mktemp("random") / "adapter", init_lora_weights=False)
+    return _save_lora(tiny_model_dir, tmp_path_factory.mktemp("random") / "adapter", init_lora_weights=False)
 
 
 @pytest.fixture(scope="session")
-def zero_adapter(tiny_base, tmp_path_factory):
+def zero_adapter(tiny_model_dir, tmp_path_factory):
     """A freshly initialised adapter (LoRA B = 0): the model it makes equals the base."""
-    return _save_lora(tiny_base, tmp_path_factory.mktemp("zero") / "adapter", init_lora_weights=True)
+    return _save_lora(tiny_model_dir, tmp_path_factory.mktemp("zero") / "adapter", init_lora_weights=True)
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +45,7 @@ def foreign_adapter(random_adapter, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def trained_adapter(tiny_base, tmp_path_factory):
+def trained_adapter(tiny_model_dir, tmp_path_factory):
     """A LoRA adapter trained for a few GRPO steps with plain trl.GRPOTrainer on the letter task."""
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
@@ -75,7 +68,7 @@ def trained_adapter(tiny_base, tmp_path_factory):
         seed=0,
     )
     trainer = GRPOTrainer(
-        model=tiny_base,
+        model=tiny_model_dir,
         reward_funcs=get_reward_funcs(DEFAULT_TASK),
         args=args,
         train_dataset=load_task_dataset(DEFAULT_TASK, n=16, seed=0),

@@ -38,9 +38,9 @@ def app():
     return app
 
 
-def test_handler_shows_one_column_per_model_and_hides_the_rest(app, tiny_base, random_adapter):
+def test_handler_shows_one_column_per_model_and_hides_the_rest(app, tiny_model_dir, random_adapter):
     outputs = app.run_compare(
-        tiny_base, random_adapter, "Write only digits: 1", 1.0, 1.0, 8, 0, 2, ["digit_fraction_reward"]
+        tiny_model_dir, random_adapter, "Write only digits: 1", 1.0, 1.0, 8, 0, 2, ["digit_fraction_reward"]
     )
     assert [o.visible for o in outputs] == [True, True, False, False, False]
     assert "<h3>base</h3>" in outputs[0].value and f"<h3>{random_adapter}</h3>" in outputs[1].value
@@ -56,36 +56,36 @@ def test_handler_shows_one_column_per_model_and_hides_the_rest(app, tiny_base, r
         ("", "Write only digits: 1", None, "every sampling control needs a number"),
     ],
 )
-def test_handler_turns_problems_into_gradio_errors(app, tiny_base, adapters, prompt, n, match):
+def test_handler_turns_problems_into_gradio_errors(app, tiny_model_dir, adapters, prompt, n, match):
     import gradio as gr
 
     with pytest.raises(gr.Error, match=match):
-        app.run_compare(tiny_base, adapters, prompt, 1.0, 1.0, 8, 0, n, ["digit_fraction_reward"])
+        app.run_compare(tiny_model_dir, adapters, prompt, 1.0, 1.0, 8, 0, n, ["digit_fraction_reward"])
 
 
-def test_handler_rejects_a_foreign_adapter(app, tiny_base, foreign_adapter):
+def test_handler_rejects_a_foreign_adapter(app, tiny_model_dir, foreign_adapter):
     import gradio as gr
 
     with pytest.raises(gr.Error, match="trained on base 'someone/another-model'"):
-        app.run_compare(tiny_base, foreign_adapter, "Write only digits: 1", 1.0, 1.0, 8, 0, 2, [])
+        app.run_compare(tiny_model_dir, foreign_adapter, "Write only digits: 1", 1.0, 1.0, 8, 0, 2, [])
 
 
-def test_default_config_finds_the_recipe_outputs(app, tiny_base, random_adapter, tmp_path, monkeypatch):
+def test_default_config_finds_the_recipe_outputs(app, tiny_model_dir, random_adapter, tmp_path, monkeypatch):
     import shutil
 
     shutil.copytree(random_adapter, tmp_path / "run")
     monkeypatch.delenv("GRPO_HUB_BASE_MODEL", raising=False)
     monkeypatch.delenv("GRPO_HUB_ADAPTERS", raising=False)
     monkeypatch.setenv("GRPO_HUB_OUTPUT_DIR", str(tmp_path))
-    assert app.default_config() == (tiny_base, str(tmp_path / "run"))
+    assert app.default_config() == (tiny_model_dir, str(tmp_path / "run"))
     monkeypatch.setenv("GRPO_HUB_ADAPTERS", "me/a@v1")
     assert app.default_config()[1] == "me/a@v1"
 
 
-def test_cli_compare_reports_a_bad_configuration_before_serving(app, tiny_base, monkeypatch, capsys):
+def test_cli_compare_reports_a_bad_configuration_before_serving(app, tiny_model_dir, monkeypatch, capsys):
     from grpo_hub.cli import main
 
-    monkeypatch.setenv("GRPO_HUB_BASE_MODEL", tiny_base)
+    monkeypatch.setenv("GRPO_HUB_BASE_MODEL", tiny_model_dir)
     monkeypatch.setenv("GRPO_HUB_ADAPTERS", "/no/such/adapter")
     assert main(["compare", "--port", "1"]) == 1
     assert "grpo-hub: error: adapter '/no/such/adapter' not found" in capsys.readouterr().err

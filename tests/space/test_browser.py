@@ -49,12 +49,12 @@ def wait_until_served(url: str, process: subprocess.Popen, log: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def space_url(tiny_base, trained_adapter, tmp_path_factory):
+def space_url(tiny_model_dir, trained_adapter, tmp_path_factory):
     """URL of the Space serving the tiny base + the GRPO-trained adapter; the server is stopped afterwards."""
     requires("gradio", "the Space's UI")
     url = f"http://127.0.0.1:{free_port()}"
     env = os.environ | {
-        "GRPO_HUB_BASE_MODEL": tiny_base,
+        "GRPO_HUB_BASE_MODEL": tiny_model_dir,
         "GRPO_HUB_ADAPTERS": trained_adapter,
         "GRADIO_ANALYTICS_ENABLED": "False",
         "OMP_NUM_THREADS": "1",
@@ -107,7 +107,7 @@ def read_column(page, index: int) -> tuple[list[str], list[float], float]:
     return texts, values, float(mean)
 
 
-def test_page_compares_base_and_trained_adapter(page, tiny_base, trained_adapter):
+def test_page_compares_base_and_trained_adapter(page, tiny_model_dir, trained_adapter):
     page.locator("#prompt textarea").fill(PROMPT)
     page.locator("#seed input").fill(str(SEED))
     page.locator("#compare").click()
@@ -117,7 +117,7 @@ def test_page_compares_base_and_trained_adapter(page, tiny_base, trained_adapter
 
     base, adapter = read_column(page, 0), read_column(page, 1)
     assert page.locator("#column-2").is_hidden()
-    bank = C.load_bank(tiny_base, (trained_adapter,))
+    bank = C.load_bank(tiny_model_dir, (trained_adapter,))
     expected = C.compare(bank, PROMPT, C.Sampling(1.0, 1.0, 32, SEED, 4), ["digit_fraction_reward"])
     assert base[0] == expected[0].completions and adapter[0] == expected[1].completions
     assert adapter[0] != base[0]
@@ -136,17 +136,17 @@ def test_page_names_an_unknown_adapter(page):
     page.get_by_text("adapter '/no/such/adapter' not found").first.wait_for(timeout=60_000)
 
 
-def test_twenty_concurrent_requests_complete(space_url, tiny_base, trained_adapter):
+def test_twenty_concurrent_requests_complete(space_url, tiny_model_dir, trained_adapter):
     from gradio_client import Client
 
     client = Client(space_url, verbose=False)
     controls = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 4, "n": 1}
     jobs = [
-        client.submit(tiny_base, trained_adapter, PROMPT, 1.0, 1.0, 4, seed, 1, [], api_name="/compare")
+        client.submit(tiny_model_dir, trained_adapter, PROMPT, 1.0, 1.0, 4, seed, 1, [], api_name="/compare")
         for seed in range(20)
     ]
     results = [job.result(timeout=300) for job in jobs]
-    bank = C.load_bank(tiny_base, (trained_adapter,))
+    bank = C.load_bank(tiny_model_dir, (trained_adapter,))
     for seed, result in enumerate(results):
         expected = C.compare(bank, PROMPT, C.Sampling(seed=seed, **controls), [])
         assert [update["visible"] for update in result] == [True, True, False, False, False]

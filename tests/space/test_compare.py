@@ -20,8 +20,8 @@ def completions(columns):
     return [column.completions for column in columns]
 
 
-def test_same_seed_reproduces_every_column_and_another_seed_changes_them(tiny_base, random_adapter):
-    bank = C.load_bank(tiny_base, (random_adapter,))
+def test_same_seed_reproduces_every_column_and_another_seed_changes_them(tiny_model_dir, random_adapter):
+    bank = C.load_bank(tiny_model_dir, (random_adapter,))
     first = C.compare(bank, PROMPT, SAMPLING, REWARDS)
     again = C.compare(bank, PROMPT, SAMPLING, REWARDS)
     other_seed = C.compare(bank, PROMPT, C.Sampling(max_new_tokens=12, seed=4, n=3), REWARDS)
@@ -32,28 +32,28 @@ def test_same_seed_reproduces_every_column_and_another_seed_changes_them(tiny_ba
 
 
 def test_nonzero_adapter_changes_its_column_and_zero_adapter_does_not(
-    tiny_base, random_adapter, zero_adapter
+    tiny_model_dir, random_adapter, zero_adapter
 ):
-    bank = C.load_bank(tiny_base, (random_adapter, zero_adapter))
+    bank = C.load_bank(tiny_model_dir, (random_adapter, zero_adapter))
     base, random_column, zero_column = completions(C.compare(bank, PROMPT, SAMPLING, REWARDS))
     assert zero_column == base  # same seed + identity adapter: every difference comes from the adapter
     assert random_column != base
 
 
-def test_trained_adapter_is_nonzero_and_changes_completions(tiny_base, trained_adapter):
+def test_trained_adapter_is_nonzero_and_changes_completions(tiny_model_dir, trained_adapter):
     from safetensors.torch import load_file
 
     weights = load_file(f"{trained_adapter}/adapter_model.safetensors")
     assert max(float(w.abs().max()) for k, w in weights.items() if "lora_B" in k) > 0
-    bank = C.load_bank(tiny_base, (trained_adapter,))
+    bank = C.load_bank(tiny_model_dir, (trained_adapter,))
     base, trained = completions(C.compare(bank, PROMPT, C.Sampling(max_new_tokens=16, n=4), REWARDS))
     assert trained != base
 
 
-def test_bank_is_loaded_once_per_configuration(tiny_base, random_adapter):
-    first = C.load_bank(tiny_base, (random_adapter,))
-    assert C.load_bank(tiny_base, (random_adapter,)) is first
-    assert C.load_bank(tiny_base, ()) is not first
+def test_bank_is_loaded_once_per_configuration(tiny_model_dir, random_adapter):
+    first = C.load_bank(tiny_model_dir, (random_adapter,))
+    assert C.load_bank(tiny_model_dir, (random_adapter,)) is first
+    assert C.load_bank(tiny_model_dir, ()) is not first
 
 
 def column_reward():
@@ -88,8 +88,8 @@ def test_reward_reading_a_column_is_missing_for_free_prompts():
     assert column.mean_reward("digit_fraction_reward") == pytest.approx(0.25)
 
 
-def test_compare_scores_each_generated_completion(tiny_base, random_adapter):
-    bank = C.load_bank(tiny_base, (random_adapter,))
+def test_compare_scores_each_generated_completion(tiny_model_dir, random_adapter):
+    bank = C.load_bank(tiny_model_dir, (random_adapter,))
     for column in C.compare(bank, PROMPT, SAMPLING, REWARDS):
         assert column.rewards == C.score(REWARDS, PROMPT, column.completions)
         assert len(column.rewards["digit_fraction_reward"]) == SAMPLING.n
@@ -127,7 +127,7 @@ def test_column_html_escapes_and_highlights():
 
 
 def test_discover_adapters_keeps_trained_results_of_the_base(
-    tmp_path, tiny_base, random_adapter, foreign_adapter
+    tmp_path, tiny_model_dir, random_adapter, foreign_adapter
 ):
     import shutil
 
@@ -135,10 +135,10 @@ def test_discover_adapters_keeps_trained_results_of_the_base(
         shutil.copytree(random_adapter, tmp_path / name)
     shutil.copytree(foreign_adapter, tmp_path / "run-other-base")
     (tmp_path / "not-an-adapter").mkdir()
-    found = C.discover_adapters(tmp_path, tiny_base)
+    found = C.discover_adapters(tmp_path, tiny_model_dir)
     assert sorted(found) == [str(tmp_path / "run-a"), str(tmp_path / "run-b")]
     assert C.discover_adapters(tmp_path, "someone/another-model") == (str(tmp_path / "run-other-base"),)
-    assert C.discover_adapters(tmp_path / "missing", tiny_base) == ()
+    assert C.discover_adapters(tmp_path / "missing", tiny_model_dir) == ()
 
 
 @pytest.mark.parametrize(
@@ -161,14 +161,14 @@ def test_unknown_local_adapter_is_named(tmp_path):
         C.resolve_adapter(str(tmp_path))
 
 
-def test_base_mismatch_names_both_models(tiny_base, foreign_adapter):
+def test_base_mismatch_names_both_models(tiny_model_dir, foreign_adapter):
     with pytest.raises(C.CompareError, match="trained on base 'someone/another-model'") as error:
-        C.ModelBank(tiny_base, (foreign_adapter,))
-    assert tiny_base in str(error.value)
+        C.ModelBank(tiny_model_dir, (foreign_adapter,))
+    assert tiny_model_dir in str(error.value)
 
 
-def test_base_match_is_by_model_name(tiny_base, random_adapter):
-    name = Path(tiny_base).name
+def test_base_match_is_by_model_name(tiny_model_dir, random_adapter):
+    name = Path(tiny_model_dir).name
     C.check_base_match(random_adapter, f"/elsewhere/{name}", "a")  # a copy of the base in another folder
     C.check_base_match(random_adapter, f"someone/{name}", "a")  # the same model under a Hub id
     with pytest.raises(C.CompareError, match="set the base model to"):
@@ -190,8 +190,8 @@ def test_sampling_outside_the_caps_is_rejected(sampling, match):
         sampling.check(C.Limits())
 
 
-def test_prompt_and_reward_errors(tiny_base):
-    bank = C.load_bank(tiny_base, ())
+def test_prompt_and_reward_errors(tiny_model_dir):
+    bank = C.load_bank(tiny_model_dir, ())
     with pytest.raises(C.CompareError, match="prompt is empty"):
         C.compare(bank, "  ", SAMPLING, REWARDS)
     with pytest.raises(C.CompareError, match="limit is 10"):
@@ -215,8 +215,8 @@ def test_limits_come_from_the_environment(monkeypatch):
         RuntimeError("DefaultCPUAllocator: can't allocate memory"),
     ],
 )
-def test_out_of_memory_becomes_a_clear_error(tiny_base, random_adapter, monkeypatch, error):
-    bank = C.ModelBank(tiny_base, (random_adapter,))
+def test_out_of_memory_becomes_a_clear_error(tiny_model_dir, random_adapter, monkeypatch, error):
+    bank = C.ModelBank(tiny_model_dir, (random_adapter,))
 
     def out_of_memory(*args, **kwargs):
         raise error
@@ -226,8 +226,8 @@ def test_out_of_memory_becomes_a_clear_error(tiny_base, random_adapter, monkeypa
         C.compare(bank, PROMPT, SAMPLING, REWARDS)
 
 
-def test_other_runtime_errors_are_not_called_out_of_memory(tiny_base, monkeypatch):
-    bank = C.ModelBank(tiny_base, ())
+def test_other_runtime_errors_are_not_called_out_of_memory(tiny_model_dir, monkeypatch):
+    bank = C.ModelBank(tiny_model_dir, ())
 
     def broken(*args, **kwargs):
         raise RuntimeError("shape mismatch")
@@ -237,7 +237,7 @@ def test_other_runtime_errors_are_not_called_out_of_memory(tiny_base, monkeypatc
         C.compare(bank, PROMPT, SAMPLING, REWARDS)
 
 
-def test_adapter_that_does_not_fit_the_base_is_named(tiny_base, random_adapter, tmp_path):
+def test_adapter_that_does_not_fit_the_base_is_named(tiny_model_dir, random_adapter, tmp_path):
     import shutil
 
     shutil.copytree(random_adapter, tmp_path / "adapter")
@@ -245,7 +245,7 @@ def test_adapter_that_does_not_fit_the_base_is_named(tiny_base, random_adapter, 
     config["target_modules"] = ["no_such_proj"]
     (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(config))
     with pytest.raises(C.CompareError, match=f"adapter '{tmp_path / 'adapter'}' does not fit base"):
-        C.ModelBank(tiny_base, (random_adapter, str(tmp_path / "adapter")))
+        C.ModelBank(tiny_model_dir, (random_adapter, str(tmp_path / "adapter")))
 
 
 def test_folder_without_a_model_is_not_a_base(tmp_path):

@@ -10,17 +10,19 @@ pytestmark = pytest.mark.hub
 PROMPT = "Write only digits: 3"
 
 
-def test_hub_spec_loads_the_pushed_adapter(tiny_base, random_adapter, tmp_path, monkeypatch):
+def test_hub_spec_loads_the_pushed_adapter(tiny_model_dir, random_adapter, tmp_path, monkeypatch):
     from grpo_hub.hub import push_adapter
 
     with FakeHub(TOKENS, lifetime_s=120) as hub:
         point_client_at(monkeypatch, hub.url, tmp_path / "hf_home")
         push_adapter(random_adapter, "alice/space-lora", revision="v1", token=ALICE)
-        from_hub = C.compare(C.ModelBank(tiny_base, ("alice/space-lora@v1",)), PROMPT, C.Sampling(n=2), [])
+        from_hub = C.compare(
+            C.ModelBank(tiny_model_dir, ("alice/space-lora@v1",)), PROMPT, C.Sampling(n=2), []
+        )
         with pytest.raises(C.CompareError, match="unknown adapter 'alice/space-lora@v2'"):
             C.resolve_adapter("alice/space-lora@v2")
         with pytest.raises(C.CompareError, match="unknown adapter 'alice/no-such-lora'"):
             C.resolve_adapter("alice/no-such-lora")
-    local = C.compare(C.load_bank(tiny_base, (random_adapter,)), PROMPT, C.Sampling(n=2), [])
+    local = C.compare(C.load_bank(tiny_model_dir, (random_adapter,)), PROMPT, C.Sampling(n=2), [])
     assert from_hub[1].label == "alice/space-lora@v1"
     assert [c.completions for c in from_hub] == [c.completions for c in local]
