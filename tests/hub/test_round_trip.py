@@ -133,7 +133,13 @@ def test_pull_merge_writes_a_merged_model_folder_with_the_same_outputs(
     } <= names and "adapter_config.json" not in names
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
     ids = torch.tensor([[5, 17, 42, 99, 3]])
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     with torch.no_grad():
         expected = peft_model(input_ids=ids).logits
-        assert torch.allclose(reloaded(input_ids=ids).logits, expected, atol=1e-5)
-        assert torch.allclose(merged(input_ids=ids).logits, expected, atol=1e-5)
+        # Merging folds B@A into W: float32 rounding differs from x@W + x@A@B by ~1e-6 of the logits'
+        # magnitude (~10 for this model), so compare at 1e-4 — far below the adapter's own effect, checked last.
+        torch.testing.assert_close(reloaded(input_ids=ids).logits, expected, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(merged(input_ids=ids).logits, expected, rtol=1e-4, atol=1e-4)
+        assert (
+            base(input_ids=ids).logits - expected
+        ).abs().max() > 1e-2  # the merge really applied the adapter

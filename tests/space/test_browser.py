@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from grpo_hub import compare as C
-from tests.conftest import free_port, requires
+from tests.conftest import free_port, requires, skip_or_fail
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).parents[2]
@@ -80,7 +80,7 @@ def page(space_url):
     """A page of headless Chromium (Debian's, fresh profile) opened on the Space."""
     requires("playwright", "the browser test")
     if not Path(CHROMIUM).is_file():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium chromium-driver (.ci/run does)")
+        skip_or_fail(f"{CHROMIUM} is missing: apt-get install -y chromium chromium-driver (.ci/run does)")
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
