@@ -2,8 +2,9 @@
 
 On the main process only: `on_train_begin` checks the token and creates the repo (a bad token fails before
 training, not after it); `on_save` pushes `checkpoint-<N>` to branch `step-<N>`; `on_train_end` saves the
-trained adapter (only it, never TRL's "ref" adapter) with the tokenizer to a temporary folder and pushes
-it to `main`. Each push is one commit; `pushed` lists their `PushResult`s in order.
+trained adapter (only it, never TRL's "ref" adapter; gathered from every rank under ZeRO-3) with the
+tokenizer to a temporary folder and pushes it to `main`. Each push is one commit; `pushed` lists their
+`PushResult`s in order.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from grpo_hub.hub_push import PushResult, check_branch, check_repo_id, create_adapter_repo, push_adapter
+from grpo_hub.reference import gathered, unwrap_peft_model
 
 
 class HubPushCallback(TrainerCallback):
@@ -68,15 +70,19 @@ class HubPushCallback(TrainerCallback):
         self._push(folder, revision, args, state, f"Checkpoint at step {state.global_step}")
 
     def on_train_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-        if not state.is_world_process_zero:
-            return
-        if not hasattr(model, "peft_config"):
+        peft_model = unwrap_peft_model(model)
+        if not hasattr(peft_model, "peft_config"):
             raise ValueError(
                 "HubPushCallback pushes LoRA adapters but the trained model is not a PeftModel. "
                 "Fix: train with `peft_config=LoraConfig(...)` (or a PeftModel), or push the full model yourself."
             )
+        adapter = [p for name, p in peft_model.named_parameters() if f".{self.adapter_name}." in name]
         with tempfile.TemporaryDirectory(prefix="grpo-hub-final-") as folder:
-            model.save_pretrained(folder, selected_adapters=[self.adapter_name])
+            with gathered(adapter):  # ZeRO-3: every rank joins the gather, rank 0 saves the full tensors
+                if state.is_world_process_zero:
+                    peft_model.save_pretrained(folder, selected_adapters=[self.adapter_name])
+            if not state.is_world_process_zero:
+                return
             if processing_class is not None:
                 processing_class.save_pretrained(folder)
             self._push(

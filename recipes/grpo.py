@@ -30,6 +30,7 @@ from transformers import TrainerCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub.hub import HubPushCallback
 from grpo_hub.tasks import (
     DEFAULT_TASK,
     RECOMMENDED_TINY_CONFIG,
@@ -139,6 +140,21 @@ def summarize(
     }
 
 
+def hub_push_callback(training_args: GRPOHubConfig, model_name: str) -> HubPushCallback:
+    """`--push_to_hub`: grpo_hub's adapter-only pushes (checkpoint-N -> branch step-N, final -> main) replace
+    Trainer's own, which would upload the whole output folder (ref adapter, training_args.bin)."""
+    if not training_args.hub_model_id:
+        raise ValueError("--push_to_hub needs --hub_model_id (e.g. your-name/tiny-grpo-lora).")
+    training_args.push_to_hub = False
+    return HubPushCallback(
+        training_args.hub_model_id,
+        base_model=model_name,
+        token=training_args.hub_token,
+        private=training_args.hub_private_repo,
+        push_checkpoints=training_args.save_strategy != "no",
+    )
+
+
 def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args: ModelConfig) -> dict:
     """Train, save the model/adapter to `output_dir`, print and write the summary; return it."""
     model_name = model_args.model_name_or_path or build_tiny_model()
@@ -164,13 +180,16 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
         split=recipe_args.dataset_train_split,
     )
     history = RewardHistory()
+    callbacks = [history]
+    if training_args.push_to_hub:
+        callbacks.append(hub_push_callback(training_args, model_name))
     trainer = GRPOHubTrainer(
         model=model_name,
         reward_funcs=get_reward_funcs(recipe_args.task),
         args=training_args,
         train_dataset=dataset,
         peft_config=get_peft_config(model_args),
-        callbacks=[history],
+        callbacks=callbacks,
     )
     start = time.perf_counter()
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -186,8 +205,6 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
         f"mean reward first {summary['reward_first']:.3f} -> last {summary['reward_last']:.3f}; "
         f"saved to {summary['saved_to']} (summary: {SUMMARY_FILE})"
     )
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=recipe_args.dataset_name)
     trainer.end()
     return summary
 

@@ -35,16 +35,21 @@ def parse(recipe, *argv):
     return recipe.make_parser().parse_args_and_config(list(argv))
 
 
-def launch(tmp_path, *args, accelerate_config=None, timeout=600):
-    """`accelerate launch recipes/grpo.py ARGS --output_dir tmp/out`; return (summary dict, output dir)."""
+def launch(tmp_path, *args, accelerate_config=None, timeout=600, env=None):
+    """`accelerate launch recipes/grpo.py ARGS --output_dir tmp/out` (`env` overrides `launch_env()`);
+    return (summary dict, output dir)."""
     out = tmp_path / "out"
     command = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
     if accelerate_config:
-        command += ["--config_file", str(REPO_ROOT / "recipes" / "accelerate" / accelerate_config)]
+        config = Path(accelerate_config)
+        config = config if config.is_absolute() else REPO_ROOT / "recipes" / "accelerate" / config
+        command += ["--config_file", str(config)]
     else:
         command += ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no"]
     command += [str(RECIPE), *args, "--output_dir", str(out)]
-    assert "GRPO done:" in run_isolated(command, tmp_path, launch_env(), timeout, "recipe run")
+    assert "GRPO done:" in run_isolated(
+        command, tmp_path, {**launch_env(), **(env or {})}, timeout, "recipe run"
+    )
     return json.loads((out / "run_summary.json").read_text()), out
 
 
