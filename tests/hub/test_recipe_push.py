@@ -1,29 +1,15 @@
 """`recipes/grpo.py --push_to_hub` under DeepSpeed ZeRO-3 on 2 CPU ranks: adapter-only pushes, full tensors."""
 
-from pathlib import Path
-
 import pytest
 import torch
 from safetensors.torch import load, load_file
 
 from tests.conftest import requires
+from tests.distributed.launch import partitioned_zero3_config
 from tests.hub.conftest import ALICE
 from tests.recipes.test_recipe import launch
 
 REPO = "alice/zero3-recipe-lora"
-DS_CONFIG = Path(__file__).with_name("zero3_partitioned.json")
-
-
-def partitioned_zero3_config(folder: Path) -> Path:
-    """2-rank ZeRO-3 with persistence threshold 0: by default DeepSpeed keeps small tensors such as LoRA
-    factors whole on every rank, which would hide a missing gather."""
-    path = folder / "zero3-partitioned.yaml"
-    path.write_text(
-        "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
-        f"deepspeed_config:\n  deepspeed_config_file: {DS_CONFIG}\n  zero3_init_flag: true\n"
-        "machine_rank: 0\nnum_machines: 1\nnum_processes: 2\nrdzv_backend: static\nsame_network: true\n"
-    )
-    return path
 
 
 @pytest.mark.slow

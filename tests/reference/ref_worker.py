@@ -130,7 +130,9 @@ def main() -> None:
         "rank": accelerator.process_index,
         "world_size": accelerator.num_processes,
         "distributed_type": str(accelerator.distributed_type),
-        "ref_partitioned": any(hasattr(r, "ds_id") for _, _, r in paired_parameters(peft_model, "default")),
+        "ref_partitioned": any(
+            hasattr(r, "ds_id") and not r.ds_persist for _, _, r in paired_parameters(peft_model, "default")
+        ),
         "ref_trainable": any(
             p.requires_grad for n, p in peft_model.named_parameters() if f".{REF_ADAPTER}." in n
         ),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import requires
-from tests.distributed.launch import run_accelerate
+from tests.distributed.launch import partitioned_zero3_config, run_accelerate
 
 WORKER = str(Path(__file__).with_name("ref_worker.py"))
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -47,10 +47,9 @@ def test_ddp_ranks_hold_identical_refreshed_reference():
 @pytest.mark.deepspeed
 def test_zero3_refresh_and_resume(tmp_path):
     requires("deepspeed", "ZeRO-3 reference-adapter refresh")
+    zero3 = str(partitioned_zero3_config(tmp_path))  # LoRA factors really sharded, not kept whole
     args = ["--max-steps", "4", "--sync-steps", "2", "--save-steps", "2"]
-    straight = run_accelerate(
-        "cpu-zero3.yaml", WORKER, [*args, "--output-dir", str(tmp_path / "a")], timeout=550
-    )
+    straight = run_accelerate(zero3, WORKER, [*args, "--output-dir", str(tmp_path / "a")], timeout=550)
     assert "DEEPSPEED" in straight["distributed_type"] and straight["ref_partitioned"]
     # ZeRO-3: each rank stores a different shard, yet the gathered reference equals the trained adapter.
     assert straight["ranks"][0]["final"]["local_ref"] != straight["ranks"][1]["final"]["local_ref"]
@@ -59,7 +58,7 @@ def test_zero3_refresh_and_resume(tmp_path):
     checkpoint = tmp_path / "b" / "checkpoint-2"
     shutil.copytree(tmp_path / "a" / "checkpoint-2", checkpoint)
     resumed = run_accelerate(
-        "cpu-zero3.yaml", WORKER, [*args, "--output-dir", str(tmp_path / "b"), "--resume", str(checkpoint)]
+        zero3, WORKER, [*args, "--output-dir", str(tmp_path / "b"), "--resume", str(checkpoint)]
     )
     for rank in resumed["ranks"]:
         assert rank["refreshed_at"] == [4]
