@@ -17,6 +17,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from grpo_hub.config import GRPOHubConfig
 from grpo_hub.tasks import build_tiny_model
+from grpo_hub.tiny_model import MODEL_SHAPE
 from grpo_hub.trainer import GRPOHubTrainer
 
 # Big enough that the training forward/backward dominates per-step Python overhead on a CPU core.
@@ -28,14 +29,8 @@ MEDIUM_SHAPE = {
     "num_key_value_heads": 2,
     "head_dim": 64,
 }
-TINY_SHAPE = {  # --quick: seconds, not minutes
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 32,
-}
+# --quick: seconds, not minutes. The offline tiny model's shape, at Qwen2's default initialisation.
+TINY_SHAPE = {key: value for key, value in MODEL_SHAPE.items() if key != "initializer_range"}
 QWEN25_05B_CONFIG = {  # Qwen/Qwen2.5-0.5B config.json (the shape only; weights are random)
     "vocab_size": 151936,
     "hidden_size": 896,
