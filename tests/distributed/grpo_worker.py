@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from scenarios import SCENARIOS, build_dataset, build_rewards
 
+from grpo_hub.reference import gathered
+
 NUM_GENERATIONS = 4
 PROMPTS_PER_RANK = 2
 WORLD_SIZE = 2
@@ -42,12 +44,8 @@ def parse_args() -> argparse.Namespace:
 def trainable_state(model) -> dict[str, torch.Tensor]:
     """fp32 copies of the trainable parameters, gathered from their ZeRO-3 shards when partitioned."""
     named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    if any(hasattr(p, "ds_id") for _, p in named):
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters([p for _, p in named]):
-            return {name: p.detach().float().clone() for name, p in named}
-    return {name: p.detach().float().clone() for name, p in named}
+    with gathered([p for _, p in named]):
+        return {name: p.detach().float().clone() for name, p in named}
 
 
 def max_change(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> float:
