@@ -24,6 +24,8 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 # Clipped-surrogate losses that the own loss path computes (the loss_type then only picks the surrogate).
 OWN_PATH_LOSS_TYPES = ("grpo", "dapo", "cispo")
 ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
+# TRL losses that average over the rows of a micro-batch ("gspo" resolves to "grpo"): pad rows would dilute them.
+ROW_MEAN_LOSSES = ("grpo", "gspo", "sapo", "luspo", "dr_grpo")
 VLLM_IS_POOLINGS = ("sum", "mean")
 DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
 TURN_ADVANTAGE_SCOPES = ("turn", "group")
@@ -295,9 +297,7 @@ class GRPOHubConfig(GRPOConfig):
                 f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
                 "set num_generations >= 2 or filter_zero_signal=False.",
             )
-        row_mean = (
-            self.loss_type in ("grpo", "gspo", "sapo", "luspo", "dr_grpo") and self.loss_agg_mode is None
-        )
+        row_mean = self.loss_type in ROW_MEAN_LOSSES and self.loss_agg_mode is None
         if self.filter_zero_signal and row_mean and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
             _fail(
                 "entropy_coef",

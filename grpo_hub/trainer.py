@@ -17,7 +17,7 @@ from trl.trainer.utils import use_adapter
 from grpo_hub import advantages as adv_fns
 from grpo_hub import importance, losses
 from grpo_hub._compat import check_trl_seams
-from grpo_hub.config import GRPOHubConfig
+from grpo_hub.config import ROW_MEAN_LOSSES, GRPOHubConfig
 from grpo_hub.dynamic_sampling import DynamicSampler
 from grpo_hub.filtering import agreed_row_count, keep_rows
 from grpo_hub.reference import attach_reference_adapter, strip_reference_adapter
@@ -26,8 +26,6 @@ from grpo_hub.vllm_runtime import log_is_diagnostics, prepare_vllm_generation
 
 check_trl_seams(GRPOTrainer)
 
-# TRL losses that average over the rows of a micro-batch: pad rows would dilute them.
-ROW_MEAN_LOSSES = ("grpo", "sapo", "luspo", "dr_grpo")
 SEQ_MEAN_AGG_MODES = ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
