@@ -15,10 +15,10 @@ from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, TrainerCa
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from grpo_hub.config import GRPOHubConfig
 from grpo_hub.tasks import build_tiny_model
-from grpo_hub.tiny_model import MODEL_SHAPE
-from grpo_hub.trainer import GRPOHubTrainer
+from grpo_hub.tasks.tiny_model import MODEL_SHAPE
+from grpo_hub.training.config import GRPOHubConfig
+from grpo_hub.training.trainer import GRPOHubTrainer
 
 # Big enough that the training forward/backward dominates per-step Python overhead on a CPU core.
 MEDIUM_SHAPE = {

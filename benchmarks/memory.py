@@ -74,7 +74,7 @@ def measure(variant: str, model_dir: str) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_hub import GRPOHubConfig, GRPOHubTrainer
-    from grpo_hub.reference import paired_parameters, trained_adapter_name
+    from grpo_hub.training.reference import paired_parameters, trained_adapter_name
 
     after_imports = peak_rss_mib()
     settings = {

@@ -27,13 +27,13 @@ from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config, TrainerC
 
 from benchmarks.common import QWEN25_05B_CONFIG
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
-from grpo_hub.reference import (
+from grpo_hub.tasks import DEFAULT_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
+from grpo_hub.training.reference import (
     REF_ADAPTER,
     add_reference_adapter,
     paired_parameters,
     refresh_reference_adapter,
 )
-from grpo_hub.tasks import DEFAULT_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

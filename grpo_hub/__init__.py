@@ -1,12 +1,18 @@
 """grpo_hub: GRPO-family features for Hugging Face TRL.
 
-The pure-math modules (`advantages`, `losses`, `importance`) import torch only. The TRL-facing classes
-are loaded lazily so that `import grpo_hub.advantages` never imports trl or transformers.
+Wings, bottom floor first (a module imports only from its own wing or lower ones; tests/test_layers.py):
+  algos     pure formulas, torch only: advantages, losses, importance, filtering
+  training  GRPOHubConfig, GRPOHubTrainer (TRL's seams), reference adapter, dynamic sampling, turns, vLLM
+  hub       push / pull of trained adapters, model cards (public API: grpo_hub.hub)
+  tasks     built-in tasks and their offline tiny models, tool task, gym GRPO
+  compare   base vs adapters: model bank, scoring, the Gradio Space
+  cli       the `grpo-hub` command
+The TRL-facing classes are loaded lazily so that `import grpo_hub.algos.advantages` never imports trl.
 """
 
 __version__ = "0.1.0"
 
-_LAZY = {"GRPOHubConfig": "grpo_hub.config", "GRPOHubTrainer": "grpo_hub.trainer"}
+_LAZY = {"GRPOHubConfig": "grpo_hub.training.config", "GRPOHubTrainer": "grpo_hub.training.trainer"}
 
 
 def __getattr__(name):

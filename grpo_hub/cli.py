@@ -17,7 +17,7 @@ from dataclasses import asdict
 
 
 def _run_push(args: argparse.Namespace) -> dict:
-    from grpo_hub.hub_push import push_adapter
+    from grpo_hub.hub.push import push_adapter
 
     result = push_adapter(
         args.folder,
@@ -33,7 +33,7 @@ def _run_push(args: argparse.Namespace) -> dict:
 
 
 def _run_pull(args: argparse.Namespace) -> dict:
-    from grpo_hub.hub_pull import pull_adapter
+    from grpo_hub.hub.pull import pull_adapter
 
     if args.merge and not args.output_dir:
         raise ValueError("--merge writes a merged model folder. Fix: add --output-dir DIR.")
@@ -71,9 +71,9 @@ def register_pull(subparsers) -> None:
 
 
 def _run_compare(args: argparse.Namespace) -> dict:
-    """Serve spaces_app/app.py until stopped (Ctrl-C); a bad model configuration fails before serving."""
+    """Serve the comparison Space until stopped (Ctrl-C); a bad model configuration fails before serving."""
     try:
-        from spaces_app.app import main as serve
+        from grpo_hub.compare.space import main as serve
     except ImportError as err:
         raise ValueError(f"compare needs gradio ({err}). Fix: pip install 'grpo-hub[space]'.") from err
     serve(args.host, args.port)
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `grpo-hub` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
-    from grpo_hub.hub_errors import HubError
+    from grpo_hub.hub.errors import HubError
 
     try:
         result = args.run(args)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from grpo_hub.gym import VARIANTS, GymGRPOConfig, plot_returns, train
+from grpo_hub.tasks.gym import VARIANTS, GymGRPOConfig, plot_returns, train
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -4,6 +4,7 @@ the tiny model."""
 import importlib.util
 import os
 import socket
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -13,6 +14,7 @@ torch.set_num_threads(1)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 

@@ -8,14 +8,14 @@ import math
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from benchmarks.__main__ import BENCHMARKS
+from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load, save_file
 
-from grpo_hub.adapter_files import adapter_names_in, trained_adapter_files
+from grpo_hub.hub.adapter_files import adapter_names_in, trained_adapter_files
 
 pytestmark = pytest.mark.hub
 PREFIX = "base_model.model.model.layers.0.self_attn.q_proj"

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from grpo_hub.model_card import (
+from grpo_hub.hub.model_card import (
     build_model_card,
     final_metrics,
     loss_variant,
@@ -46,7 +46,7 @@ def test_card_metadata_validates_and_only_names_hub_base_models(tmp_path):
 
 
 def test_training_config_keeps_what_matters_and_never_a_token(tmp_path):
-    from grpo_hub.config import GRPOHubConfig
+    from grpo_hub.training.config import GRPOHubConfig
 
     args = GRPOHubConfig(
         output_dir=str(tmp_path), use_cpu=True, bf16=False, loss_type="gspo", hub_token="hf_secret"

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port, requires
-from tests.distributed.launch import launch_env, run_isolated
+from tests.conftest import REPO_ROOT, free_port, requires
+from tests.training.distributed.launch import launch_env, run_isolated
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 RECIPE = REPO_ROOT / "recipes" / "grpo.py"
 CONFIGS = REPO_ROOT / "recipes" / "configs"
 CPU_CONFIGS = ("grpo", "gspo", "cispo", "filtered", "ref-refresh")
@@ -74,7 +73,7 @@ def test_two_cpu_ranks_with_the_ddp_accelerate_config(tmp_path):
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_colocate_config_runs_in_the_vllm_env(tmp_path):
-    from tests.vllm.engine import vllm_env, vllm_python
+    from tests.training.vllm.engine import vllm_env, vllm_python
 
     out = tmp_path / "out"
     command = [

@@ -1,0 +1,121 @@
+"""Score and diff the columns of a comparison: built-in task rewards on free text, word-level diffs.
+
+Rewards are the built-in task reward functions. Those that read a dataset column (the letter task's
+`letter`) get it from the task's own prompt rows; for any other prompt they are reported as missing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import re
+from dataclasses import dataclass
+
+from grpo_hub.compare.bank import CompareError, Limits, ModelBank, Sampling
+
+_TRL_ARGS = {"prompts", "completions"}
+
+
+def reward_functions() -> dict:
+    """Built-in reward functions usable on free text, by name: those of the offline tasks."""
+    from grpo_hub.tasks import OFFLINE_TASKS, get_reward_funcs
+
+    return {fn.__name__: (task, fn) for task in OFFLINE_TASKS for fn in get_reward_funcs(task)}
+
+
+@functools.lru_cache(maxsize=4)
+def task_rows(task: str) -> dict[str, dict]:
+    """The task's prompt rows by prompt text: 512 rows at seed 0, to find the columns a reward reads."""
+    from grpo_hub.tasks import load_task_dataset
+
+    return {row["prompt"]: row for row in load_task_dataset(task, n=512, seed=0)}
+
+
+def example_prompts(per_task: int = 3) -> list[str]:
+    """A few distinct prompts of each offline task, for the Space's examples."""
+    from grpo_hub.tasks import OFFLINE_TASKS
+
+    return [prompt for task in OFFLINE_TASKS for prompt in list(task_rows(task))[:per_task]]
+
+
+def _needed_columns(fn) -> list[str]:
+    """Dataset columns a TRL reward function requires besides prompts and completions."""
+    return [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.name not in _TRL_ARGS and p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty
+    ]
+
+
+def score(reward_names: list[str], prompt: str, completions: list[str]) -> dict[str, list[float] | None]:
+    """Each named reward of each completion; None for a reward whose dataset column this prompt lacks."""
+    available = reward_functions()
+    unknown = [name for name in reward_names if name not in available]
+    if unknown:
+        raise CompareError(f"unknown reward function(s) {unknown}: choose from {sorted(available)}")
+    scores = {}
+    for name in reward_names:
+        task, fn = available[name]
+        row = task_rows(task).get(prompt, {})
+        needed = _needed_columns(fn)
+        if any(column not in row for column in needed):
+            scores[name] = None
+            continue
+        columns = {column: [row[column]] * len(completions) for column in needed}
+        scores[name] = [float(r) for r in fn([prompt] * len(completions), completions, **columns)]
+    return scores
+
+
+def diff_segments(base: str, other: str) -> list[tuple[str, str | None]]:
+    """Word-level diff of `other` against `base`: (text, None | "+" added in other | "-" only in base)."""
+    a, b = re.split(r"(\s+)", base), re.split(r"(\s+)", other)
+    segments = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op == "equal":
+            segments.append(("".join(a[i1:i2]), None))
+            continue
+        if i2 > i1:
+            segments.append(("".join(a[i1:i2]), "-"))
+        if j2 > j1:
+            segments.append(("".join(b[j1:j2]), "+"))
+    return [(text, label) for text, label in segments if text]
+
+
+@dataclass
+class Column:
+    """One model's completions, their rewards (per reward function) and their diffs against the base."""
+
+    label: str
+    completions: list[str]
+    rewards: dict[str, list[float] | None]
+    diffs: list[list[tuple[str, str | None]]] | None = None
+
+    def mean_reward(self, name: str) -> float | None:
+        """Mean of reward `name` over the completions, None if the reward could not be computed."""
+        values = self.rewards.get(name)
+        return sum(values) / len(values) if values else None
+
+
+def compare(
+    bank: ModelBank, prompt: str, sampling: Sampling, reward_names: list[str], limits: Limits | None = None
+) -> list[Column]:
+    """Generate, score and diff every column of `bank` for `prompt` (column 0 is the base)."""
+    limits = limits or Limits()
+    if not prompt or not prompt.strip():
+        raise CompareError("the prompt is empty: type a prompt or pick an example")
+    if len(prompt) > limits.max_prompt_chars:
+        raise CompareError(
+            f"the prompt has {len(prompt)} characters; the limit is {limits.max_prompt_chars} "
+            "(shorten it or raise GRPO_HUB_MAX_PROMPT_CHARS)"
+        )
+    sampling.check(limits)
+    columns = []
+    for index, label in enumerate(bank.labels):
+        completions = bank.generate(index, prompt, sampling)
+        columns.append(Column(label, completions, score(reward_names, prompt, completions)))
+    for column in columns[1:]:
+        column.diffs = [
+            diff_segments(b, o) for b, o in zip(columns[0].completions, column.completions, strict=True)
+        ]
+    return columns

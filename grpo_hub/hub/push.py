@@ -1,0 +1,176 @@
+"""Push a trained LoRA adapter, its tokenizer, a model card and a reward curve to the Hub as ONE commit.
+
+The revision is a branch (`main`, or e.g. `step-200` for a checkpoint, created from `main` if missing).
+Everything goes through `HfApi.create_commit` with all operations at once, so a failure leaves the repo as
+it was; a branch created for a push that then fails is deleted again. Never pushed: the reference
+adapter, optimizer/scheduler/rng state, trainer_state.json, training_args.bin (it can hold a token).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpo_hub.hub.adapter_files import ADAPTER_CONFIG, trained_adapter_files
+from grpo_hub.hub.errors import hub_errors
+from grpo_hub.hub.model_card import (
+    REWARD_CURVE,
+    build_model_card,
+    final_metrics,
+    reward_curve_png,
+    training_config,
+)
+
+logger = logging.getLogger(__name__)
+REPO_ID = re.compile(r"^([\w.-]+/)?[\w.-]+$")
+BRANCH = re.compile(r"^(?!refs/)(?!.*\.\.)[\w.-]+(/[\w.-]+)*$")
+COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a push created: the repo, the branch, and the commit it is pinned to."""
+
+    repo_id: str
+    revision: str
+    commit_sha: str
+    commit_url: str
+    files: tuple[str, ...]
+
+
+def check_repo_id(repo_id: str) -> None:
+    """Raise ValueError unless `repo_id` is 'owner/name' (or a bare name for the token's own namespace)."""
+    if not isinstance(repo_id, str) or not REPO_ID.match(repo_id) or repo_id.startswith(("/", ".")):
+        raise ValueError(f"invalid repo id {repo_id!r}. Fix: use 'owner/name', e.g. 'alice/qwen-grpo-lora'.")
+
+
+def check_branch(revision: str) -> None:
+    """Raise ValueError unless `revision` can name a branch (pushes never target a tag or a commit sha)."""
+    if not isinstance(revision, str) or COMMIT_SHA.match(revision) or not BRANCH.match(revision):
+        raise ValueError(
+            f"cannot push to revision {revision!r}: pushes go to a branch. Fix: use 'main' or a name like 'step-200'."
+        )
+
+
+def create_adapter_repo(repo_id: str, *, token: str | None = None, private: bool | None = None) -> str:
+    """Check the token, create the model repo if needed and return its full id ('owner/name')."""
+    from huggingface_hub import HfApi
+
+    check_repo_id(repo_id)
+    api = HfApi(token=token)
+    with hub_errors("push to", repo_id):
+        api.whoami()
+        return api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+
+
+def _ensure_branch(api, repo_id: str, branch: str) -> bool:
+    """Create `branch` from main when missing; True if this call created it."""
+    if branch == "main":
+        return False
+    refs = api.list_repo_refs(repo_id)
+    if branch in {ref.name for ref in refs.branches}:
+        return False
+    if branch in {ref.name for ref in refs.tags}:
+        raise ValueError(
+            f"{branch!r} is a tag of {repo_id}; pushes go to branches. Fix: pick another revision name."
+        )
+    api.create_branch(repo_id, branch=branch)
+    return True
+
+
+def _trainer_state(folder: Path) -> dict:
+    """trainer_state.json of `folder`, else of its newest checkpoint-<N> subfolder, else {}."""
+    candidates = [folder / "trainer_state.json"]
+    checkpoints = [p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
+    candidates += [
+        p / "trainer_state.json" for p in sorted(checkpoints, key=lambda p: -int(p.name.split("-")[-1]))
+    ]
+    for path in candidates:
+        if path.is_file():
+            return json.loads(path.read_text())
+    return {}
+
+
+def push_adapter(
+    folder: str | Path,
+    repo_id: str,
+    *,
+    revision: str = "main",
+    base_model: str | None = None,
+    metrics: dict | None = None,
+    log_history: list[dict] | None = None,
+    training_args=None,
+    step: int | None = None,
+    token: str | None = None,
+    private: bool | None = None,
+    commit_message: str | None = None,
+    adapter_name: str = "default",
+) -> PushResult:
+    """Push the trained adapter in `folder` (trainer output_dir or checkpoint-<N>) to `repo_id@revision`.
+
+    `log_history`, `step` and the config default to the folder's trainer_state.json; `training_args` (a
+    GRPOConfig or dict) adds the training settings to the card; `base_model` overrides the adapter
+    config's `base_model_name_or_path`. Returns the commit the revision now points to.
+    """
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    check_repo_id(repo_id)
+    check_branch(revision)
+    root = Path(folder)
+    files = trained_adapter_files(root, adapter_name=adapter_name, base_model=base_model)
+    config_source = files[ADAPTER_CONFIG]
+    adapter_config = json.loads(
+        config_source if isinstance(config_source, bytes) else config_source.read_text()
+    )
+    state = _trainer_state(root)
+    log_history = state.get("log_history", []) if log_history is None else log_history
+    step = state.get("global_step") if step is None else step
+    run_config = training_config(training_args if training_args is not None else state, adapter_config)
+    curve = reward_curve_png(log_history)
+    if curve is not None:
+        files[REWARD_CURVE] = curve
+
+    full_id = create_adapter_repo(repo_id, token=token, private=private)  # after all local input is read
+    card = build_model_card(
+        repo_id=full_id,
+        revision=revision,
+        base_model=base_model or adapter_config.get("base_model_name_or_path"),
+        config=run_config,
+        metrics=final_metrics(log_history) if metrics is None else metrics,
+        step=step,
+        has_curve=curve is not None,
+    )
+    files["README.md"] = str(card).encode()
+    operations = [
+        CommitOperationAdd(
+            path_in_repo=name, path_or_fileobj=content if isinstance(content, bytes) else str(content)
+        )
+        for name, content in sorted(files.items())
+    ]
+    message = commit_message or (
+        f"Upload GRPO adapter (step {step})" if step is not None else "Upload GRPO adapter"
+    )
+    api = HfApi(token=token)
+    with hub_errors("push to", full_id, revision):
+        created = _ensure_branch(api, full_id, revision)
+        try:
+            info = api.create_commit(full_id, operations, commit_message=message, revision=revision)
+        except Exception:
+            if created:
+                _delete_branch_quietly(api, full_id, revision)
+            raise
+    logger.info("pushed adapter from %s to %s@%s (commit %s)", root, full_id, revision, info.oid)
+    return PushResult(full_id, revision, info.oid, info.commit_url, tuple(sorted(files)))
+
+
+def _delete_branch_quietly(api, repo_id: str, branch: str) -> None:
+    """Undo a branch this push created; when that fails too, say so (the caller re-raises the push error)."""
+    try:
+        api.delete_branch(repo_id, branch=branch)
+    except Exception as err:  # the push error is the one to report; this is a note on what was left
+        logger.warning(
+            "push to %s@%s failed and the new branch could not be deleted: %s", repo_id, branch, err
+        )

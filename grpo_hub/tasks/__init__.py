@@ -1,0 +1,38 @@
+"""Built-in tasks and their tiny models, made offline: prompts, reward functions, a tool task, gym GRPO.
+
+```python
+from grpo_hub.tasks import DEFAULT_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
+```
+`builtin` (the recipe's tasks), `tiny_model` (offline Qwen2 + BPE tokenizer), `tool_task` (multi-turn tool
+calls), `gym` (GRPO on classic-control environments, needs the `gym` extra).
+"""
+
+from grpo_hub.tasks.builtin import (
+    DEFAULT_TASK,
+    OFFLINE_TASKS,
+    RECOMMENDED_TINY_CONFIG,
+    TASKS,
+    answer_format_reward,
+    digit_fraction_reward,
+    get_reward_funcs,
+    gsm8k_gold,
+    kind_fraction_reward,
+    load_task_dataset,
+    math_correctness_reward,
+)
+from grpo_hub.tasks.tiny_model import build_tiny_model
+
+__all__ = [
+    "DEFAULT_TASK",
+    "OFFLINE_TASKS",
+    "RECOMMENDED_TINY_CONFIG",
+    "TASKS",
+    "answer_format_reward",
+    "build_tiny_model",
+    "digit_fraction_reward",
+    "get_reward_funcs",
+    "gsm8k_gold",
+    "kind_fraction_reward",
+    "load_task_dataset",
+    "math_correctness_reward",
+]

@@ -1,0 +1,389 @@
+"""GRPOHubTrainer: `trl.GRPOTrainer` with grpo_hub's features wired through TRL's seams.
+
+- `_calculate_rewards`: reward clip / normalisation per reward function (rewards are already gathered).
+- `_generate_and_score_completions`: call TRL, then edit its output dict: recompute advantages (adv_norm,
+  whitening, clipping, KL in the reward), geometric-mean vLLM IS weights, zero-signal row dropping.
+- `_compute_loss`: TRL's loss unless loss_agg_mode or turn-level ratios need the own path.
+Every formula lives in `grpo_hub.algos` (advantages, losses, importance, filtering); the helpers of this wing get
+narrow inputs (callables, a metrics dict) from here. Nothing here copies TRL code.
+"""
+
+import copy
+
+import torch
+from accelerate.utils import is_peft_model
+from trl import GRPOTrainer
+from trl.trainer.utils import use_adapter
+
+from grpo_hub.algos import advantages as adv_fns
+from grpo_hub.algos import importance, losses
+from grpo_hub.algos.filtering import agreed_row_count, keep_rows
+from grpo_hub.training.compat import check_trl_seams
+from grpo_hub.training.config import ROW_MEAN_LOSSES, GRPOHubConfig
+from grpo_hub.training.dynamic_sampling import DynamicSampler
+from grpo_hub.training.reference import attach_reference_adapter, strip_reference_adapter
+from grpo_hub.training.turns import TurnCredit, turn_ids_from_tool_mask
+from grpo_hub.training.vllm_runtime import is_settings, log_is_diagnostics, prepare_vllm_generation
+
+check_trl_seams(GRPOTrainer)
+
+
+class GRPOHubTrainer(GRPOTrainer):
+    """`trl.GRPOTrainer` that also honours every `GRPOHubConfig` field; with defaults it is TRL's trainer."""
+
+    def __init__(self, model, reward_funcs=None, args: GRPOHubConfig | None = None, **kwargs):
+        if args is None:
+            name = model if isinstance(model, str) else model.config._name_or_path
+            args = GRPOHubConfig(f"{name.split('/')[-1]}-GRPO")
+        if not isinstance(args, GRPOHubConfig):
+            raise ValueError(
+                f"`args` must be a GRPOHubConfig, got {type(args).__name__}; build a GRPOHubConfig."
+            )
+        super().__init__(model, reward_funcs, args=args, **kwargs)
+        prepare_vllm_generation(
+            args, getattr(self, "vllm_generation", None), self.accelerator.is_main_process
+        )
+        self._check_data_dependent_options(kwargs)
+        self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
+        self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
+        self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
+        self._dynamic_sampler = self._make_dynamic_sampler() if args.dynamic_sampling else None
+        self._turn_credit = None
+        if args.turn_advantages:
+            self._turn_credit = TurnCredit(
+                self.reward_funcs,
+                self.reward_func_names,
+                self.reward_weights,
+                args.turn_advantages,
+                self._gather,
+            )
+
+    def _make_dynamic_sampler(self) -> DynamicSampler:
+        args = self.args
+        return DynamicSampler(
+            score_round=self._score_round,
+            drop_rows=self._drop_rows,
+            gather=self._gather,
+            rank=self.accelerator.process_index,
+            pad_token_id=self._tokenizer.pad_token_id,
+            group_size=self.num_generations,
+            target=args.dynamic_sampling_target_groups or args.generation_batch_size // self.num_generations,
+            max_rounds=args.dynamic_sampling_max_rounds,
+            on_cap=args.dynamic_sampling_on_cap,
+            period=args.steps_per_generation * self.num_iterations,
+            metrics=self._metrics["train"],
+        )
+
+    def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` of every rank, concatenated along dim 0 (moved to this rank's device first)."""
+        return self.accelerator.gather(tensor.to(self.accelerator.device))
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """TRL's train; a checkpoint folder given here also restores the frozen "ref" adapter saved in it."""
+        if self._reference_callback is not None and isinstance(resume_from_checkpoint, str):
+            self._reference_callback.resume_from = resume_from_checkpoint
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """TRL's save, without PEFT's frozen `ref/` adapter folder unless `ref_adapter_save` (grpo_hub.training.reference)."""
+        super().save_model(output_dir, _internal_call)
+        if not self.args.ref_adapter_save and self.args.should_save:
+            strip_reference_adapter(output_dir or self.args.output_dir)
+
+    def _check_data_dependent_options(self, kwargs) -> None:
+        args = self.args
+        multi_turn = any(kwargs.get(k) is not None for k in ("tools", "environment_factory", "rollout_func"))
+        if args.importance_sampling_level == "turn" and not multi_turn:
+            raise ValueError(
+                "`importance_sampling_level`: 'turn' needs multi-turn rollouts. Fix: pass `tools`, "
+                "`environment_factory` or `rollout_func` to the trainer, or use 'token'/'sequence'."
+            )
+        if self._is_vlm and (args.filter_zero_signal or args.uses_own_loss):
+            raise ValueError(
+                "`filter_zero_signal`: dropping rows, loss_agg_mode and turn-level ratios are not supported for "
+                "vision-language models. Fix: set filter_zero_signal=False and loss_agg_mode=None."
+            )
+        has_reference = self.beta != 0.0 or is_peft_model(self.model)
+        if args.token_level_kl_coef > 0 and not has_reference:
+            raise ValueError(
+                "`token_level_kl_coef`: needs reference log-probs, which TRL only has with beta != 0 or a PEFT "
+                "model. Fix: set beta > 0 or train a LoRA adapter (peft_config=...)."
+            )
+
+    # --- seam 1: rewards ---
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        args = self.args
+        if args.reward_clip is not None or args.reward_norm is not None:
+            training = self.model.training
+            raw = self._weighted_rewards(rewards_per_func)
+            self._metrics["train" if training else "eval"]["reward_raw"].append(torch.nanmean(raw).item())
+            columns = []
+            for i, moments in enumerate(self._reward_moments):
+                state = moments if training else copy.deepcopy(moments)  # eval never updates running stats
+                columns.append(
+                    adv_fns.transform_rewards(
+                        rewards_per_func[:, i],
+                        clip=args.reward_clip,
+                        norm=args.reward_norm,
+                        shift_only=args.reward_shift,
+                        scale_only=args.reward_scale,
+                        state=state,
+                    )
+                )
+            rewards_per_func = torch.stack(columns, dim=1)
+        self._scored_rewards = rewards_per_func
+        return rewards_per_func
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """transformers' prefetch of one optimizer step; dynamic sampling reads more from the same iterator."""
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self._dynamic_sampler is not None:
+            self._dynamic_sampler.stream.note_pulled(epoch_iterator, len(batch_samples))
+        return batch_samples, num_items_in_batch
+
+    # --- seam 2: the scored batch ---
+    def _generate_and_score_completions(self, inputs):
+        if self.model.training and self._dynamic_sampler is not None:
+            return self._dynamic_sampler.collect(inputs)  # refill rounds, then the filter over all of them
+        output, zero = self._score_round(inputs)
+        if self.model.training and self.args.filter_zero_signal:
+            rank = self.accelerator.process_index
+            output = self._drop_rows(output, ~zero[rank * len(inputs) : (rank + 1) * len(inputs)])
+        return output
+
+    def _score_round(self, inputs):
+        """TRL's scored batch with grpo_hub's edits (no row dropped), and the (all ranks' rows,) zero-signal mask."""
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        rank_rows = slice(
+            self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs)
+        )
+        rewards_per_func, self._scored_rewards = self._scored_rewards, None
+        rewards = self._weighted_rewards(rewards_per_func)
+        if self.args.recomputes_advantages:
+            output["advantages"] = self._recompute_advantages(rewards, output, group_size, rank_rows)
+        if self._turn_credit is not None:
+            norm = "mean_only" if self.scale_rewards == "none" else "mean_std"
+            output["advantages"] = self._turn_credit.assign(
+                output, rewards_per_func, group_size, rank_rows, norm, self._metrics[mode]
+            )
+        if self.args.vllm_is_pooling == "mean" and "importance_sampling_ratio" in output:
+            output["importance_sampling_ratio"] = self._geometric_is_ratio(output)
+        if self.vllm_importance_sampling_correction:
+            log_is_diagnostics(
+                output,
+                self._metrics[mode],
+                self._gather,
+                settings=is_settings(self.vllm_importance_sampling_mode, self.args.vllm_is_pooling),
+                low=self.vllm_importance_sampling_clip_min,
+                high=self.vllm_importance_sampling_clip_max,
+            )
+        self._log_advantages(output["advantages"], mode)
+        zero = adv_fns.zero_signal_mask(rewards, group_size, self.args.zero_signal_eps)
+        return output, zero.to(output["advantages"].device)
+
+    def _weighted_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """TRL's scalar reward: weighted nansum of the reward functions, NaN where none scored the row."""
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        return rewards.masked_fill(torch.isnan(rewards_per_func).all(dim=1), torch.nan)
+
+    def _recompute_advantages(self, rewards, output, group_size, rank_rows) -> torch.Tensor:
+        """Advantages over all ranks' rows from the (transformed) rewards; returns this rank's slice."""
+        args = self.args
+        if args.token_level_kl_coef > 0:
+            rewards = rewards - args.token_level_kl_coef * self.accelerator.gather(self._sequence_kl(output))
+        norm = args.adv_norm or ("mean_only" if self.scale_rewards == "none" else "mean_std")
+        scope = "batch" if self.scale_rewards == "batch" else "group"
+        advantages = adv_fns.group_advantages(rewards, group_size, norm=norm, std_scope=scope)
+        if args.whiten_advantages:
+            advantages = adv_fns.whiten(advantages, ~torch.isnan(rewards))
+        if args.adv_clip_range is not None:
+            advantages = adv_fns.clip_advantages(advantages, args.adv_clip_range)
+        return advantages[rank_rows]
+
+    @torch.no_grad()
+    def _sequence_kl(self, output) -> torch.Tensor:
+        """(B,) sum over loss tokens of log pi_old - log pi_ref (k1, verl's use_kl_in_reward)."""
+        mask = output["completion_mask"] * output.get("tool_mask", 1)
+        old = output.get("old_per_token_logps")
+        old = self._score_logps(output, use_reference=False) if old is None else old
+        ref = output.get("ref_per_token_logps")
+        ref = self._score_logps(output, use_reference=True) if ref is None else ref
+        return (losses.kl_penalty(old, ref, kind="k1") * mask).sum(dim=1)
+
+    def _score_logps(self, output, use_reference: bool) -> torch.Tensor:
+        """No-grad per-token log-probs of the policy, or of the PEFT base/"ref" adapter, on the scored rows."""
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        logits_to_keep = output["completion_ids"].size(1)
+
+        def forward():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size=self.args.per_device_train_batch_size,
+            )
+            return logps
+
+        if not use_reference:
+            return forward()
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return forward()
+
+    def _geometric_is_ratio(self, output) -> torch.Tensor:
+        """Sequence IS weight from the geometric mean of token ratios (TRL uses their product)."""
+        mask = output["completion_mask"] * output.get("tool_mask", 1)
+        mode = "truncate" if self.vllm_importance_sampling_mode.endswith("truncate") else "mask"
+        weights = importance.rollout_is_weights(  # a NaN sampler logprob: ratio 1, left out of the mean
+            output["old_per_token_logps"],
+            output["sampling_per_token_logps"],
+            mask,
+            level="sequence",
+            pooling="mean",
+            mode=mode,
+            low=self.vllm_importance_sampling_clip_min,
+            high=self.vllm_importance_sampling_clip_max,
+        )
+        self._metrics["train" if self.model.training else "eval"]["sampling/is_ratio_geometric/mean"].append(
+            self.accelerator.gather(weights.float().mean()).mean().item()
+        )
+        return weights
+
+    def _log_advantages(self, advantages: torch.Tensor, mode: str) -> None:
+        everything = self.accelerator.gather(advantages.detach().reshape(-1).float())
+        metrics = self._metrics[mode]
+        metrics["advantages/mean"].append(everything.mean().item())
+        metrics["advantages/std"].append(everything.std().item() if everything.numel() > 1 else 0.0)
+        metrics["advantages/max_abs"].append(everything.abs().max().item())
+
+    def _drop_rows(self, output: dict, keep: torch.Tensor) -> dict:
+        """Keep this rank's signal rows, padded to the row count all ranks agree on (see `algos.filtering`)."""
+        args = self.args
+        counts = self.accelerator.gather(torch.tensor([int(keep.sum()), keep.numel()], device=keep.device))
+        counts = counts.view(-1, 2)
+        num_rows = agreed_row_count(int(counts[:, 0].max()), args.steps_per_generation)
+        output = keep_rows(output, keep, num_rows, self.pad_to_multiple_of)
+        kept_rows, all_rows = int(counts[:, 0].sum()), int(counts[:, 1].sum())
+        steps_total = args.steps_per_generation * self.accelerator.num_processes
+        if args.zero_signal_normalizer == "kept":
+            loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
+            output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+            rows_per_step = kept_rows / steps_total
+        else:
+            rows_per_step = all_rows / steps_total
+        # 0-dim, so TRL's split/shuffle hand it unchanged to every micro-batch.
+        output["rows_per_step"] = torch.tensor(max(rows_per_step, 1e-8), device=keep.device)
+        metrics = self._metrics["train"]
+        metrics["filter/frac_rows_dropped"].append(1.0 - kept_rows / all_rows)
+        metrics["filter/rows_trained"].append(float(kept_rows))
+        metrics["filter/rows_padded"].append(float(num_rows * self.accelerator.num_processes - kept_rows))
+        return output
+
+    @staticmethod
+    def _row_scale(inputs, rows_averaged) -> float:
+        """Rescale a mean over `rows_averaged` rows of a micro-batch to the filtering normaliser's row count."""
+        if "rows_per_step" not in inputs:
+            return 1.0
+        return rows_averaged / inputs["rows_per_step"]
+
+    # --- seam 3: the loss ---
+    def _compute_loss(self, model, inputs):
+        if self.args.uses_own_loss:
+            return self._own_loss(model, inputs)
+        loss = super()._compute_loss(model, inputs)
+        if self.loss_type in ROW_MEAN_LOSSES:
+            loss = loss * self._row_scale(inputs, inputs["prompt_ids"].shape[0])  # TRL averages over all rows
+        return loss
+
+    def _own_loss(self, model, inputs):
+        """Clipped (or CISPO) surrogate with turn/token/sequence ratio pooling and `loss_agg_mode`."""
+        args, mode = self.args, ("train" if self.model.training else "eval")
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        mask = completion_mask * inputs.get("tool_mask", 1)
+        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model,
+            torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
+            torch.cat([inputs["prompt_mask"], completion_mask], dim=1),
+            completion_ids.size(1),
+            compute_entropy=True,
+        )
+        advantages = inputs["advantages"]
+        advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+        old_logps = inputs.get("old_per_token_logps")
+        old_logps = per_token_logps.detach() if old_logps is None else old_logps
+        level = self.importance_sampling_level
+        tool_mask = inputs.get("tool_mask", torch.ones_like(completion_mask))  # no tool call: one turn
+        turn_ids = turn_ids_from_tool_mask(tool_mask) if level == "turn" else None
+        log_ratio = losses.pool_log_ratio(per_token_logps - old_logps, mask, level=level, turn_ids=turn_ids)
+        ratio = torch.exp(log_ratio)
+        if self.loss_type == "cispo":
+            per_token_loss = losses.cispo_loss(ratio, advantages, per_token_logps, high=self.epsilon_high)
+        else:
+            per_token_loss = losses.clipped_surrogate(
+                ratio, advantages, self.epsilon_low, self.epsilon_high, dual_clip=args.dual_clip_c
+            )
+        if "importance_sampling_ratio" in inputs:
+            per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
+        if self.beta != 0.0:
+            per_token_kl = losses.kl_penalty(per_token_logps, inputs["ref_per_token_logps"], kind="k3")
+            if args.use_bias_correction_kl:
+                per_token_kl = per_token_kl * ratio
+            per_token_loss = per_token_loss + self.beta * per_token_kl
+        loss = self._aggregate(per_token_loss, mask, inputs, mode)
+        self._log_own_loss_metrics(
+            ratio, advantages, mask, entropies, per_token_kl if self.beta else None, mode
+        )
+        return loss
+
+    def _aggregate(self, per_token_loss, mask, inputs, mode) -> torch.Tensor:
+        """`loss_agg_mode` (default: grpo -> seq-mean-token-mean, dapo/cispo -> token-mean) for one micro-batch.
+
+        token-mean divides by the loss tokens of the whole generation batch on all ranks (DAPO's normaliser,
+        `num_items_in_batch`), so it does not depend on how rows fall into micro-batches. Seq-mean modes are
+        means over rows, rescaled to the filtering normaliser's row count when rows were dropped.
+        """
+        agg_mode = self.args.loss_agg_mode or (
+            "seq-mean-token-mean" if self.loss_type == "grpo" else "token-mean"
+        )
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
+        loss = losses.aggregate_loss(per_token_loss, mask, agg_mode, norm_length=self.max_completion_length)
+        if agg_mode in losses.SEQ_MEAN_AGG_MODES:
+            rows_averaged = (mask.sum(dim=1) > 0).sum().clamp(min=1)  # aggregate_loss skips empty rows
+            return loss * self._row_scale(inputs, rows_averaged) / accumulation
+        tokens_per_step = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        if mode == "train":
+            tokens_per_step = tokens_per_step / self.args.steps_per_generation
+        return loss * mask.sum().clamp(min=1.0) / tokens_per_step / accumulation
+
+    def _log_own_loss_metrics(self, ratio, advantages, mask, entropies, per_token_kl, mode) -> None:
+        def global_mean(x):
+            x = x.expand_as(mask)
+            totals = self.accelerator.reduce(
+                torch.stack([(x * mask).sum(), mask.sum().float()]), reduction="sum"
+            )
+            return (totals[0] / totals[1].clamp(min=1.0)).item()
+
+        metrics = self._metrics[mode]
+        metrics["entropy"].append(global_mean(entropies))
+        if per_token_kl is not None:
+            metrics["kl"].append(global_mean(per_token_kl))
+        ratio = ratio.detach()
+        if self.loss_type == "cispo":
+            metrics["cispo_clip_ratio"].append(
+                global_mean(((ratio > self.epsilon_high) & (advantages > 0)).float())
+            )
+            return
+        low = (ratio < 1 - self.epsilon_low) & (advantages < 0)
+        high = (ratio > 1 + self.epsilon_high) & (advantages > 0)
+        metrics["clip_ratio/low_mean"].append(global_mean(low.float()))
+        metrics["clip_ratio/high_mean"].append(global_mean(high.float()))
+        metrics["clip_ratio/region_mean"].append(global_mean((low | high).float()))
+        if self.args.dual_clip_c is not None:
+            dual = (ratio > self.args.dual_clip_c) & (advantages < 0)
+            metrics["clip_ratio/dual_mean"].append(global_mean(dual.float()))

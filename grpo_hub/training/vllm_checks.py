@@ -1,0 +1,152 @@
+"""Config-time rules for vLLM generation with the importance-sampling (IS) correction.
+
+The correction weights each token by exp(log π_trainer - log π_sampler) (see `grpo_hub.algos.importance`). It is only
+a correction if both log-probs describe the SAME distribution. TRL 1.16 builds the colocate engine with
+`logprobs_mode="processed_logprobs"` (vLLM 0.32: log-softmax AFTER temperature, penalties, min-tokens,
+top-k/top-p/min-p) and checks a server's mode at start-up, while the trainer takes a full-vocabulary
+log-softmax of logits / temperature. So temperature agrees, and everything else that reshapes vLLM's
+distribution does not: top-k/top-p/min-p renormalise over the kept tokens, which multiplies every ratio by
+the kept mass S (trl#6789), and penalties/constraints move it by amounts the trainer never sees.
+`check_sampler_matches_trainer` rejects those settings; `resolve_vllm_is` applies the preset and checks the
+bounds. No torch or vLLM import: this runs inside `GRPOHubConfig.__post_init__`.
+"""
+
+from __future__ import annotations
+
+from grpo_hub.training.validation import field_error
+
+# vLLM 0.32 `SamplingParams`: a positive temperature below this is raised to it (`_MAX_TEMP`), while the
+# trainer keeps dividing by the configured value.
+VLLM_MIN_TEMPERATURE = 1e-2
+TRL_DEFAULT_IS_MODE, TRL_DEFAULT_CLIP_MAX = "sequence_mask", 3.0
+# AgileRL GRPO (agilerl/algorithms/grpo.py): w_t = clamp(exp(logp_trainer - logp_vllm), max=cap), token level,
+# no lower bound, `vllm_importance_sampling_cap=2.0` by default.
+AGILERL_TOKEN_CAP = 2.0
+VLLM_IS_PRESETS = {
+    "agilerl": {"mode": "token_truncate", "clip_min": None, "clip_max": AGILERL_TOKEN_CAP},
+}
+# Sampling settings, as TRL passes them to vLLM, and the value at which they leave the distribution alone.
+NEUTRAL_SAMPLING = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+# `generation_kwargs` keys vLLM applies before `processed_logprobs`, with their neutral values.
+NEUTRAL_GENERATION_KWARGS = {
+    **NEUTRAL_SAMPLING,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "min_tokens": 0,
+    "logit_bias": None,
+    "bad_words": None,
+    "allowed_token_ids": None,
+    "structured_outputs": None,
+}
+
+
+def _is_neutral(key: str, value) -> bool:
+    if value is None or (key == "top_k" and value == -1):  # None: TRL's "off"; -1 also disables top-k in vLLM
+        return True
+    neutral = NEUTRAL_GENERATION_KWARGS[key]
+    return value == neutral or (neutral is None and not value)
+
+
+def resolve_vllm_is(config) -> None:
+    """Apply `vllm_is_preset` onto TRL's IS fields and validate the bounds (before TRL's own checks)."""
+    preset = config.vllm_is_preset
+    if preset is not None:
+        if preset not in VLLM_IS_PRESETS:
+            field_error(
+                "vllm_is_preset", f"{preset!r} is not a preset.", f"use one of {tuple(VLLM_IS_PRESETS)}."
+            )
+        values = VLLM_IS_PRESETS[preset]
+        if config.vllm_importance_sampling_mode not in (TRL_DEFAULT_IS_MODE, values["mode"]):
+            field_error(
+                "vllm_importance_sampling_mode",
+                f"{config.vllm_importance_sampling_mode!r} contradicts vllm_is_preset={preset!r} ({values['mode']}).",
+                "unset one of them.",
+            )
+        if config.vllm_importance_sampling_clip_max not in (TRL_DEFAULT_CLIP_MAX, values["clip_max"]):
+            field_error(
+                "vllm_importance_sampling_clip_max",
+                f"{config.vllm_importance_sampling_clip_max} contradicts vllm_is_preset={preset!r} "
+                f"(cap {values['clip_max']}).",
+                "unset one of them.",
+            )
+        if config.vllm_importance_sampling_clip_min is not None:
+            field_error(
+                "vllm_importance_sampling_clip_min",
+                f"vllm_is_preset={preset!r} has no lower bound.",
+                "unset vllm_importance_sampling_clip_min or the preset.",
+            )
+        config.vllm_importance_sampling_mode = values["mode"]
+        config.vllm_importance_sampling_clip_max = values["clip_max"]
+    low = config.vllm_importance_sampling_clip_min
+    high = config.vllm_importance_sampling_clip_max
+    if config.vllm_importance_sampling_cap is not None:  # TRL's deprecated alias of clip_max
+        high = config.vllm_importance_sampling_cap
+    for name, bound in (
+        ("vllm_importance_sampling_clip_min", low),
+        ("vllm_importance_sampling_clip_max", high),
+    ):
+        if bound is not None and not bound > 0:
+            field_error(
+                name,
+                f"an IS ratio is positive, so the bound must be > 0, got {bound}.",
+                "use None for no bound.",
+            )
+    if low is not None and high is not None and not low < high:
+        field_error(
+            "vllm_importance_sampling_clip_min",
+            f"must be < vllm_importance_sampling_clip_max, got {low} >= {high}.",
+            "lower the lower bound (e.g. 0.5) or raise the upper one (e.g. 2.0).",
+        )
+
+
+def uses_sampler_logprobs(config) -> bool:
+    """Whether training consumes vLLM's sampling log-probs (IS correction or TRL's off-policy mask)."""
+    return config.use_vllm and (
+        config.vllm_importance_sampling_correction or config.off_policy_mask_threshold is not None
+    )
+
+
+def check_sampler_matches_trainer(config) -> None:
+    """Raise where vLLM's returned log-probs and the trainer's would describe different distributions."""
+    if not uses_sampler_logprobs(config):
+        return
+    fix = (
+        "turn the correction off (vllm_importance_sampling_correction=False, off_policy_mask_threshold=None)."
+    )
+    if 0 < config.temperature < VLLM_MIN_TEMPERATURE:
+        field_error(
+            "temperature",
+            f"vLLM raises {config.temperature} to {VLLM_MIN_TEMPERATURE} while the trainer divides by "
+            f"{config.temperature}, so the IS ratio compares two temperatures.",
+            f"use temperature >= {VLLM_MIN_TEMPERATURE}.",
+        )
+    for name, neutral in NEUTRAL_SAMPLING.items():
+        value = getattr(config, name)
+        if not _is_neutral(name, value):
+            field_error(
+                name,
+                f"{value} changes vLLM's sampling distribution (its processed log-probs include it) but not the "
+                "trainer's full-vocabulary log-probs, so every IS ratio is biased (for top-p/top-k/min-p by the kept "
+                "probability mass, trl#6789).",
+                f"use {name}={neutral}, or {fix}",
+            )
+    for key, value in (config.generation_kwargs or {}).items():
+        if key == "temperature" and value != config.temperature:
+            field_error(
+                "generation_kwargs",
+                f"temperature={value} reaches vLLM but the trainer scales logits by temperature={config.temperature}.",
+                "set `temperature` instead of generation_kwargs['temperature'].",
+            )
+        if key in NEUTRAL_GENERATION_KWARGS and not _is_neutral(key, value):
+            field_error(
+                "generation_kwargs",
+                f"{key}={value!r} changes vLLM's sampling distribution but not the trainer's log-probs, which biases "
+                "the IS ratio.",
+                f"drop generation_kwargs[{key!r}], or {fix}",
+            )
+    if config.vllm_structured_outputs_regex is not None:
+        field_error(
+            "vllm_structured_outputs_regex",
+            "constrained decoding masks tokens in vLLM but not in the trainer, which biases the IS ratio.",
+            f"unset it, or {fix}",
+        )

@@ -1,0 +1,146 @@
+"""Runtime pieces of vLLM generation: per-step IS diagnostics, the server log-prob check, CPU colocate weight sync.
+
+Diagnostics (logged every generation step while the correction is on, over all ranks):
+  vllm_is/abs_logp_diff_mean, vllm_is/abs_logp_diff_max  |log π_trainer - log π_sampler| per token
+  vllm_is/kl_k1, vllm_is/kl_k3                            KL(π_sampler || π_trainer) estimates per token
+  vllm_is/frac_truncated or vllm_is/frac_masked           fraction of IS units (tokens, or sequences at
+                                                          sequence level) whose raw weight lies outside
+                                                          [clip_min, clip_max], i.e. that the mode clamps or zeroes
+CPU weight sync: vLLM 0.32's CPU backend repacks each linear weight into a oneDNN handle and frees the
+original parameter, so TRL's per-parameter `model.load_weights` after start-up fails (`'Parameter' object has
+no attribute 'weight_loader'`). vLLM's `reload_weights` restores the layers, loads and repacks them again;
+embeddings and (tied) LM heads are then re-packed here, which the reload misses.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grpo_hub.algos import importance
+from grpo_hub.training.vllm_checks import uses_sampler_logprobs
+
+
+def is_settings(trl_mode: str, pooling: str | None) -> dict:
+    """level / pooling / mode of `importance.rollout_is_weights` for TRL's `vllm_importance_sampling_mode`."""
+    return {
+        "level": "sequence" if trl_mode.startswith("sequence_") else "token",
+        "pooling": pooling or "sum",
+        "mode": "truncate" if trl_mode.endswith("truncate") else "mask",
+    }
+
+
+def local_is_sums(trainer_logp, sampler_logp, mask, *, level, pooling, low, high) -> torch.Tensor:
+    """This rank's [Σ|Δ|, Σk1, Σk3, tokens, IS units, units outside [low, high], max|Δ|] (float64)."""
+    stats = importance.mismatch_stats(trainer_logp, sampler_logp, mask)
+    raw = importance.rollout_is_weights(
+        trainer_logp, sampler_logp, mask, level=level, pooling=pooling, mode="truncate", low=None, high=None
+    )
+    units = mask.bool() if level == "token" else mask.bool().any(dim=-1, keepdim=True)
+    outside = torch.zeros_like(units)
+    if low is not None:
+        outside |= raw < low
+    if high is not None:
+        outside |= raw > high
+    tokens = stats["tokens"]
+    return torch.tensor(
+        [
+            stats["abs_diff_mean"] * tokens,
+            stats["kl_k1"] * tokens,
+            stats["kl_k3"] * tokens,
+            tokens,
+            float(units.sum()),
+            float((outside & units).sum()),
+            stats["abs_diff_max"],
+        ],
+        dtype=torch.float64,
+    )
+
+
+def log_is_diagnostics(output: dict, metrics, gather, *, settings: dict, low, high) -> None:
+    """Append the mismatch diagnostics of this generation batch (all ranks, via `gather`) to `metrics`."""
+    trainer_logp = output.get("old_per_token_logps")
+    sampler_logp = output.get("sampling_per_token_logps")
+    if trainer_logp is None or sampler_logp is None:
+        return
+    mask = output["completion_mask"] * output.get("tool_mask", 1)
+    sums = local_is_sums(
+        trainer_logp,
+        sampler_logp,
+        mask,
+        level=settings["level"],
+        pooling=settings["pooling"],
+        low=low,
+        high=high,
+    )
+    per_rank = gather(sums.unsqueeze(0)).cpu()
+    total, global_max = per_rank.sum(dim=0), per_rank[:, 6].max().item()
+    tokens, units = max(total[3].item(), 1.0), max(total[4].item(), 1.0)
+    metrics["vllm_is/abs_logp_diff_mean"].append(total[0].item() / tokens)
+    metrics["vllm_is/abs_logp_diff_max"].append(global_max)
+    metrics["vllm_is/kl_k1"].append(total[1].item() / tokens)
+    metrics["vllm_is/kl_k3"].append(total[2].item() / tokens)
+    outside_key = "vllm_is/frac_truncated" if settings["mode"] == "truncate" else "vllm_is/frac_masked"
+    metrics[outside_key].append(total[5].item() / units)
+
+
+def _reload_weights(generation) -> None:
+    """vLLM's in-place reload, then re-pack the embedding-shaped heads it leaves stale.
+
+    A tied `lm_head` shares the embedding's parameter, so the reload updates the shared tensor but never
+    re-processes the head, whose oneDNN handle still holds the old weights (measured: mean |Δlogp| 1.9 against the
+    trainer after an embedding change, 0.05 after the re-pack, vs 0.06 for a fresh engine).
+    """
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights(weights_iterator=generation._iter_named_params(), is_checkpoint_format=True)
+    for module in runner.model.modules():
+        if isinstance(module, VocabParallelEmbedding):
+            module.quant_method.process_weights_after_loading(module)
+    generation.llm.reset_prefix_cache()
+
+
+def check_server_logprobs_mode(args, generation, is_main_process: bool) -> None:
+    """Server mode: raise where TRL only warns, when the server's log-probs are not `processed_logprobs`.
+
+    vLLM's default `raw_logprobs` are taken before temperature (and truncation), so with temperature != 1 the
+    IS ratio would compare two different distributions. `trl vllm-serve` passes `processed_logprobs` itself.
+    """
+    if args.vllm_mode != "server" or not uses_sampler_logprobs(args) or not is_main_process:
+        return
+    mode = generation.vllm_client.get_server_info()["model_config"]["logprobs_mode"]
+    if mode != "processed_logprobs":
+        raise ValueError(
+            f"`vllm_mode`: the vLLM server returns {mode!r} log-probs (before temperature and truncation), but the "
+            "trainer compares them with log-probs after temperature. Fix: restart the server with "
+            "`--logprobs-mode processed_logprobs` (`trl vllm-serve` does), or set vllm_importance_sampling_correction="
+            "False and off_policy_mask_threshold=None."
+        )
+
+
+def enable_cpu_weight_sync(generation) -> None:
+    """On vLLM's CPU platform in colocate mode, sync weights through vLLM's in-place reload (TRL's `VLLMGeneration`)."""
+    if generation.mode != "colocate":
+        return
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    if generation.enable_sleep_mode:
+        raise ValueError(
+            "`vllm_enable_sleep_mode`: vLLM's CPU backend has no sleep mode to wake the weights from. "
+            "Fix: set vllm_enable_sleep_mode=False on CPU."
+        )
+    if not hasattr(generation, "_iter_named_params"):
+        raise RuntimeError(
+            "trl's VLLMGeneration lacks `_iter_named_params`; grpo_hub supports trl>=1.16,<1.17."
+        )
+    generation.sync_weights = lambda: _reload_weights(generation)
+
+
+def prepare_vllm_generation(args, generation, is_main_process: bool) -> None:
+    """Called once the TRL trainer is built: the server log-prob check and, on CPU, the colocate weight sync."""
+    if not args.use_vllm:
+        return
+    check_server_logprobs_mode(args, generation, is_main_process)
+    enable_cpu_weight_sync(generation)

@@ -1,0 +1,89 @@
+"""The Space's files and its Gradio handler (function level; the browser test drives the served page)."""
+
+import pytest
+
+from tests.conftest import REPO_ROOT, requires
+
+SPACE = REPO_ROOT / "spaces_app"
+
+
+def test_space_front_matter_is_valid_and_matches_the_space_extra():
+    from huggingface_hub import SpaceCard
+    from packaging.requirements import Requirement
+
+    tomllib = pytest.importorskip("tomllib", reason="Python >= 3.11 reads pyproject.toml")
+    card = SpaceCard.load(SPACE / "README.md")
+    assert card.data.sdk == "gradio" and card.data.title
+    assert (SPACE / card.data.app_file).is_file()
+    assert len(card.data.short_description) <= 60  # the Hub's limit
+    extras = tomllib.loads((SPACE.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    gradio = next(Requirement(r) for r in extras["space"] if Requirement(r).name == "gradio")
+    assert gradio.specifier.contains(card.data.sdk_version)
+
+
+def test_space_requirements_install_grpo_hub():
+    from packaging.requirements import Requirement
+
+    lines = [line for line in (SPACE / "requirements.txt").read_text().splitlines() if line.strip()]
+    assert "grpo-hub" in {Requirement(line).name for line in lines}
+
+
+@pytest.fixture
+def app():
+    requires("gradio", "the Space's UI")
+    from grpo_hub.compare import space as app
+
+    return app
+
+
+def test_handler_shows_one_column_per_model_and_hides_the_rest(app, tiny_model_dir, random_adapter):
+    outputs = app.run_compare(
+        tiny_model_dir, random_adapter, "Write only digits: 1", 1.0, 1.0, 8, 0, 2, ["digit_fraction_reward"]
+    )
+    assert [o.visible for o in outputs] == [True, True, False, False, False]
+    assert "<h3>base</h3>" in outputs[0].value and f"<h3>{random_adapter}</h3>" in outputs[1].value
+    assert outputs[1].value.count('class="sample"') == 2
+
+
+@pytest.mark.parametrize(
+    ("adapters", "prompt", "n", "match"),
+    [
+        ("/no/such/adapter", "Write only digits: 1", 2, "not found: no such folder"),
+        ("", "Write only digits: 1", 99, "n samples 99"),
+        ("", "", 2, "prompt is empty"),
+        ("", "Write only digits: 1", None, "every sampling control needs a number"),
+    ],
+)
+def test_handler_turns_problems_into_gradio_errors(app, tiny_model_dir, adapters, prompt, n, match):
+    import gradio as gr
+
+    with pytest.raises(gr.Error, match=match):
+        app.run_compare(tiny_model_dir, adapters, prompt, 1.0, 1.0, 8, 0, n, ["digit_fraction_reward"])
+
+
+def test_handler_rejects_a_foreign_adapter(app, tiny_model_dir, foreign_adapter):
+    import gradio as gr
+
+    with pytest.raises(gr.Error, match="trained on base 'someone/another-model'"):
+        app.run_compare(tiny_model_dir, foreign_adapter, "Write only digits: 1", 1.0, 1.0, 8, 0, 2, [])
+
+
+def test_default_config_finds_the_recipe_outputs(app, tiny_model_dir, random_adapter, tmp_path, monkeypatch):
+    import shutil
+
+    shutil.copytree(random_adapter, tmp_path / "run")
+    monkeypatch.delenv("GRPO_HUB_BASE_MODEL", raising=False)
+    monkeypatch.delenv("GRPO_HUB_ADAPTERS", raising=False)
+    monkeypatch.setenv("GRPO_HUB_OUTPUT_DIR", str(tmp_path))
+    assert app.default_config() == (tiny_model_dir, str(tmp_path / "run"))
+    monkeypatch.setenv("GRPO_HUB_ADAPTERS", "me/a@v1")
+    assert app.default_config()[1] == "me/a@v1"
+
+
+def test_cli_compare_reports_a_bad_configuration_before_serving(app, tiny_model_dir, monkeypatch, capsys):
+    from grpo_hub.cli import main
+
+    monkeypatch.setenv("GRPO_HUB_BASE_MODEL", tiny_model_dir)
+    monkeypatch.setenv("GRPO_HUB_ADAPTERS", "/no/such/adapter")
+    assert main(["compare", "--port", "1"]) == 1
+    assert "grpo-hub: error: adapter '/no/such/adapter' not found" in capsys.readouterr().err

@@ -1,0 +1,153 @@
+"""End to end: the Space served by `python -m spaces_app`, driven in headless Chromium and through its queue.
+
+The server runs in a subprocess on 127.0.0.1 with the tiny base and an adapter trained by GRPO in this
+session; it is stopped at the end of the module. The page screenshot is kept in test-artifacts/space.png.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from grpo_hub import compare as C
+from tests.conftest import REPO_ROOT, free_port, requires, skip_or_fail
+
+pytestmark = pytest.mark.browser
+ROOT = REPO_ROOT
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+PROMPT = "Write only digits: 4 1 7"
+SEED = 7
+STARTUP_S = 180
+
+
+def wait_until_served(url: str, process: subprocess.Popen, log: Path) -> None:
+    """Poll `url` until it answers; fail with the server log if the process exits or never answers."""
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the Space exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"the Space did not answer within {STARTUP_S} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def space_url(tiny_model_dir, trained_adapter, tmp_path_factory):
+    """URL of the Space serving the tiny base + the GRPO-trained adapter; the server is stopped afterwards."""
+    requires("gradio", "the Space's UI")
+    url = f"http://127.0.0.1:{free_port()}"
+    env = os.environ | {
+        "GRPO_HUB_BASE_MODEL": tiny_model_dir,
+        "GRPO_HUB_ADAPTERS": trained_adapter,
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "OMP_NUM_THREADS": "1",
+    }
+    log = tmp_path_factory.mktemp("space") / "server.log"
+    with log.open("w") as out:
+        command = [sys.executable, "-m", "spaces_app", "--port", url.rsplit(":", 1)[1]]
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until_served(url, process, log)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def page(space_url):
+    """A page of headless Chromium (Debian's, fresh profile) opened on the Space."""
+    requires("playwright", "the browser test")
+    if not Path(CHROMIUM).is_file():
+        skip_or_fail(f"{CHROMIUM} is missing: apt-get install -y chromium chromium-driver (.ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, args=FLAGS, viewport={"width": 1400, "height": 1000}
+        )
+        try:
+            page = context.new_page()
+            page.goto(space_url)
+            yield page
+        finally:
+            context.close()
+
+
+def read_column(page, index: int) -> tuple[list[str], list[float], float]:
+    """(completions, digit rewards, mean digit reward) shown in column `index` of the page."""
+    samples = page.locator(f"#column-{index} .sample")
+    texts = [sample.get_attribute("data-text") for sample in samples.all()]
+    rewards = page.locator(f'#column-{index} .reward[data-name="digit_fraction_reward"]')
+    values = [float(reward.get_attribute("data-value")) for reward in rewards.all()]
+    mean = page.locator(f'#column-{index} .mean-reward[data-name="digit_fraction_reward"]').get_attribute(
+        "data-value"
+    )
+    return texts, values, float(mean)
+
+
+def test_page_compares_base_and_trained_adapter(page, tiny_model_dir, trained_adapter):
+    page.locator("#prompt textarea").fill(PROMPT)
+    page.locator("#seed input").fill(str(SEED))
+    page.locator("#compare").click()
+    page.locator("#column-1 .sample").first.wait_for(timeout=120_000)
+    (ROOT / "test-artifacts").mkdir(exist_ok=True)
+    page.screenshot(path=str(ROOT / "test-artifacts" / "space.png"), full_page=True)
+
+    base, adapter = read_column(page, 0), read_column(page, 1)
+    assert page.locator("#column-2").is_hidden()
+    bank = C.load_bank(tiny_model_dir, (trained_adapter,))
+    expected = C.compare(bank, PROMPT, C.Sampling(1.0, 1.0, 32, SEED, 4), ["digit_fraction_reward"])
+    assert base[0] == expected[0].completions and adapter[0] == expected[1].completions
+    assert adapter[0] != base[0]
+    for texts, rewards, mean in (base, adapter):
+        assert rewards == pytest.approx(
+            C.score(["digit_fraction_reward"], PROMPT, texts)["digit_fraction_reward"]
+        )
+        assert mean == pytest.approx(sum(rewards) / len(rewards))
+    assert page.locator("#column-1 ins").count() > 0 and page.locator("#column-0 ins").count() == 0
+
+
+def test_page_names_an_unknown_adapter(page):
+    page.get_by_text("Models").click()
+    page.locator("#adapters textarea").fill("/no/such/adapter")
+    page.locator("#compare").click()
+    page.get_by_text("adapter '/no/such/adapter' not found").first.wait_for(timeout=60_000)
+
+
+def test_twenty_concurrent_requests_complete(space_url, tiny_model_dir, trained_adapter):
+    from gradio_client import Client
+
+    client = Client(space_url, verbose=False)
+    controls = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 4, "n": 1}
+    jobs = [
+        client.submit(tiny_model_dir, trained_adapter, PROMPT, 1.0, 1.0, 4, seed, 1, [], api_name="/compare")
+        for seed in range(20)
+    ]
+    results = [job.result(timeout=300) for job in jobs]
+    bank = C.load_bank(tiny_model_dir, (trained_adapter,))
+    for seed, result in enumerate(results):
+        expected = C.compare(bank, PROMPT, C.Sampling(seed=seed, **controls), [])
+        assert [update["visible"] for update in result] == [True, True, False, False, False]
+        assert [update["value"] for update in result[:2]] == [C.column_html(column) for column in expected]

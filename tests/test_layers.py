@@ -1,0 +1,77 @@
+"""The package's wings form floors: a module imports only from its own wing or the wings below it.
+
+Floors, bottom up: algos -> training -> hub -> tasks -> compare -> cli. Read from the AST of every module
+(imports inside functions count too), so a lazy import cannot climb a floor unseen.
+"""
+
+import ast
+from pathlib import Path
+
+import grpo_hub
+
+PACKAGE = Path(grpo_hub.__file__).parent
+FLOORS = ["algos", "training", "hub", "tasks", "compare", "cli"]
+
+
+def wing(module: str) -> str | None:
+    """The wing of a dotted grpo_hub module name (None for the package root)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "grpo_hub" else None
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted name) of every grpo_hub module imported by the file at `path`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and (node.module or "").startswith("grpo_hub")
+        ):
+            found.append((node.lineno, node.module))
+            found += [
+                (node.lineno, f"{node.module}.{a.name}") for a in node.names if node.module == "grpo_hub"
+            ]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("grpo_hub")]
+    return found
+
+
+def upward_imports(package: Path = PACKAGE) -> list[str]:
+    problems = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package)
+        own = relative.parts[0].removesuffix(".py")
+        if own not in FLOORS:
+            continue  # the package root (__init__) only re-exports lazily
+        for line, module in imported_modules(path):
+            target = wing(module)
+            if target in FLOORS and FLOORS.index(target) > FLOORS.index(own):
+                problems.append(
+                    f"grpo_hub/{relative}:{line} ({own}) imports {module} ({target}, a higher floor)"
+                )
+    return problems
+
+
+def test_every_wing_is_a_floor():
+    wings = {
+        p.name.removesuffix(".py")
+        for p in PACKAGE.iterdir()
+        if p.name != "__init__.py" and not p.name.startswith("__")
+    }
+    assert wings == set(FLOORS)
+
+
+def test_no_import_climbs_a_floor():
+    assert upward_imports() == []
+
+
+def test_the_check_sees_an_upward_import(tmp_path):
+    fake = tmp_path / "grpo_hub"
+    (fake / "algos").mkdir(parents=True)
+    (fake / "algos" / "bad.py").write_text(
+        "def f():\n    from grpo_hub.training.config import GRPOHubConfig\n"
+    )
+    assert upward_imports(fake) == [
+        "grpo_hub/algos/bad.py:2 (algos) imports grpo_hub.training.config (training, a higher floor)"
+    ]

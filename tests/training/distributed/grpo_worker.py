@@ -1,0 +1,137 @@
+"""Worker for the distributed tests: train the tiny model with GRPO on this rank, write rank<k>.json.
+
+Run by tests/training/distributed/launch.py under `accelerate launch` (2 CPU ranks: DDP over gloo, or DeepSpeed).
+`--trainer trl` uses plain `trl.GRPOTrainer` + `GRPOConfig`; `--trainer hub` uses `GRPOHubTrainer` +
+`GRPOHubConfig` with `--hub-config` (JSON of extra config fields). The JSON records the world the rank saw
+(world size, backend), the kinds of rows it scored, TRL's log history, and how far the trainable
+parameters moved (gathered under ZeRO-3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from scenarios import SCENARIOS, build_dataset, build_rewards
+
+from grpo_hub.training.distributed import gathered
+
+NUM_GENERATIONS = 4
+PROMPTS_PER_RANK = 2
+WORLD_SIZE = 2
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--trainer", choices=("trl", "hub"), required=True)
+    parser.add_argument("--scenario", choices=SCENARIOS, default="task")
+    parser.add_argument("--max-steps", type=int, default=2)
+    parser.add_argument(
+        "--grad-accum", type=int, default=1, help="= steps_per_generation (micro-steps per batch)"
+    )
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of all weights")
+    parser.add_argument("--hub-config", default="{}", help="JSON of GRPOHubConfig fields (--trainer hub)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--result-dir", required=True)
+    return parser.parse_args()
+
+
+def trainable_state(model) -> dict[str, torch.Tensor]:
+    """fp32 copies of the trainable parameters, gathered from their ZeRO-3 shards when partitioned."""
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    with gathered([p for _, p in named]):
+        return {name: p.detach().float().clone() for name, p in named}
+
+
+def max_change(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> float:
+    assert before.keys() == after.keys(), "trainable parameter names changed during training"
+    return max((after[name] - before[name]).abs().max().item() for name in before)
+
+
+def build_config(args: argparse.Namespace, output_dir: str):
+    common = dict(
+        output_dir=output_dir,
+        use_cpu=True,
+        bf16=False,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        gradient_accumulation_steps=args.grad_accum,
+        per_device_train_batch_size=NUM_GENERATIONS * PROMPTS_PER_RANK,
+        num_generations=NUM_GENERATIONS,
+        max_completion_length=16,
+        temperature=1.0,
+        shuffle_dataset=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=args.seed,
+        dataloader_num_workers=0,
+    )
+    if args.trainer == "trl":
+        from trl import GRPOConfig
+
+        return GRPOConfig(**common)
+    from grpo_hub import GRPOHubConfig
+
+    return GRPOHubConfig(**common, **json.loads(args.hub_config))
+
+
+def build_trainer(args: argparse.Namespace, config, scored: Counter):
+    from grpo_hub.tasks import build_tiny_model
+
+    if args.trainer == "trl":
+        from trl import GRPOTrainer as trainer_cls
+    else:
+        from grpo_hub import GRPOHubTrainer as trainer_cls
+    peft_config = None
+    if args.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
+    prompts_per_rank = PROMPTS_PER_RANK * args.grad_accum  # per generation batch
+    n_prompts = args.max_steps * WORLD_SIZE * prompts_per_rank
+    return trainer_cls(
+        model=build_tiny_model(),
+        reward_funcs=build_rewards(args.scenario, scored),
+        args=config,
+        train_dataset=build_dataset(args.scenario, n_prompts, prompts_per_rank, args.seed),
+        peft_config=peft_config,
+    )
+
+
+def main() -> None:
+    args = parse_args()
+    result_dir = Path(args.result_dir)
+    config = build_config(args, str(result_dir / "trainer_output"))
+    scored: Counter = Counter()
+    trainer = build_trainer(args, config, scored)
+    before = trainable_state(trainer.model)
+    train_output = trainer.train()
+    after = trainable_state(trainer.model)
+    accelerator = trainer.accelerator
+    result = {
+        "rank": accelerator.process_index,
+        "world_size": accelerator.num_processes,
+        "backend": dist.get_backend() if dist.is_initialized() else None,
+        "distributed_type": str(accelerator.distributed_type),
+        "trainer": type(trainer).__name__,
+        "scored": dict(scored),
+        "global_step": trainer.state.global_step,
+        "train_loss": train_output.training_loss,
+        "log_history": trainer.state.log_history,
+        "max_param_change": max_change(before, after),
+        "params_finite": all(torch.isfinite(t).all().item() for t in after.values()),
+        "param_fingerprint": sum(t.double().abs().sum().item() for t in after.values()),
+        "n_trainable": sum(t.numel() for t in after.values()),
+    }
+    (result_dir / f"rank{accelerator.process_index}.json").write_text(json.dumps(result, allow_nan=True))
+    accelerator.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""2 CPU ranks (accelerate cpu-ddp.yaml: torchrun + gloo) running TRL and grpo_hub GRPO on the tiny model.
+
+The crafted "rank1-flat" data puts only constant-reward (zero-signal) groups on rank 1, so with
+filtering on rank 1 has every row dropped while rank 0 trains; see tests/training/distributed/scenarios.py.
+"""
+
+import json
+import math
+
+import pytest
+
+from tests.training.distributed.checks import assert_trained_in_sync, assert_two_rank_world, step_logs
+from tests.training.distributed.launch import run_accelerate
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+CONFIG = "cpu-ddp.yaml"
+ROWS_PER_RANK = 8  # 2 prompts x 4 generations per rank and generation batch (grpo_worker.py)
+
+
+def run_ddp(*args: str, hub_config: dict | None = None) -> dict:
+    extra = (
+        ["--trainer", "trl"]
+        if hub_config is None
+        else ["--trainer", "hub", "--hub-config", json.dumps(hub_config)]
+    )
+    return run_accelerate(CONFIG, "grpo_worker.py", [*extra, *args], timeout=480)
+
+
+@pytest.fixture(scope="module")
+def trl_rank1_flat() -> dict:
+    """Plain trl.GRPOTrainer, 2 steps on the rank1-flat data (the harness check and the baseline)."""
+    return run_ddp("--scenario", "rank1-flat", "--max-steps", "2")
+
+
+def test_plain_trl_runs_on_two_gloo_ranks_with_the_crafted_layout(trl_rank1_flat):
+    result = trl_rank1_flat
+    assert_two_rank_world(result, "MULTI_CPU")
+    assert result["trainer"] == "GRPOTrainer"
+    assert result["ranks"][0]["scored"] == {"live": 2 * ROWS_PER_RANK}
+    assert result["ranks"][1]["scored"] == {"flat": 2 * ROWS_PER_RANK}
+    assert [entry["frac_reward_zero_std"] for entry in step_logs(result)] == [0.5, 0.5]
+    assert_trained_in_sync(result, steps=2)
+
+
+def test_rank_with_every_row_filtered_trains_like_trl(trl_rank1_flat):
+    """Rank 1 keeps no row; with normaliser "all" the update must equal plain TRL's on the same batches."""
+    config = {"filter_zero_signal": True, "zero_signal_normalizer": "all"}
+    result = run_ddp("--scenario", "rank1-flat", "--max-steps", "2", hub_config=config)
+    assert_two_rank_world(result, "MULTI_CPU")
+    assert result["trainer"] == "GRPOHubTrainer"
+    assert result["ranks"][1]["scored"] == {"flat": 2 * ROWS_PER_RANK}, (
+        "rank 1 must see only zero-signal groups"
+    )
+    assert_trained_in_sync(result, steps=2)
+    for entry, trl_entry in zip(step_logs(result), step_logs(trl_rank1_flat), strict=True):
+        assert entry["filter/frac_rows_dropped"] == 0.5
+        kept = entry["filter/rows_trained"]
+        assert 0 < kept <= ROWS_PER_RANK
+        assert entry["filter/rows_padded"] == kept, "rank 1 pads up to rank 0's kept rows"
+        assert entry["loss"] == pytest.approx(trl_entry["loss"], rel=1e-3, abs=1e-6)
+        assert entry["grad_norm"] == pytest.approx(trl_entry["grad_norm"], rel=1e-3)
+
+
+def test_all_rows_filtered_on_both_ranks_is_a_no_op_step():
+    """Every group zero-signal, 2 micro-steps per batch: one pad row per rank and micro-step, zero update."""
+    config = {"filter_zero_signal": True}
+    result = run_ddp("--scenario", "all-flat", "--max-steps", "2", "--grad-accum", "2", hub_config=config)
+    assert_two_rank_world(result, "MULTI_CPU")
+    assert result["global_step"] == 2
+    for entry in step_logs(result):
+        assert entry["filter/frac_rows_dropped"] == 1.0
+        assert entry["filter/rows_trained"] == 0
+        assert entry["filter/rows_padded"] == 2 * 2  # ranks x steps_per_generation
+        assert entry["loss"] == 0.0 and entry["grad_norm"] == 0.0
+    for rank in result["ranks"]:
+        assert rank["params_finite"] and rank["max_param_change"] == 0.0
+
+
+def test_filtered_training_raises_the_task_reward():
+    config = {"filter_zero_signal": True}
+    result = run_ddp(
+        "--scenario", "task", "--max-steps", "20", "--learning-rate", "1e-2", "--seed", "3", hub_config=config
+    )
+    assert_two_rank_world(result, "MULTI_CPU")
+    assert_trained_in_sync(result, steps=20)
+    rewards = [entry["reward"] for entry in step_logs(result)]
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert math.isfinite(first) and last > first + 0.15, rewards

@@ -1,0 +1,58 @@
+"""GRPOHubTrainer + LoRA under DeepSpeed ZeRO-2 / ZeRO-3 on 2 CPU ranks (recipes/accelerate/cpu-zero*.yaml).
+
+"task-rank1-flat" data: rank 0 scores the built-in task, rank 1 only constant-reward groups, so with
+filtering on rank 1 has every row dropped at every step while rank 0 trains (tests/training/distributed/scenarios.py).
+The first DeepSpeed launch JIT-builds deepspeed_shm_comm (1-4 min) into $TORCH_EXTENSIONS_DIR;
+.ci/run builds it before the tests.
+"""
+
+import json
+
+import pytest
+
+from tests.conftest import requires
+from tests.training.distributed.checks import assert_trained_in_sync, assert_two_rank_world, step_logs
+from tests.training.distributed.launch import run_accelerate
+
+pytestmark = [pytest.mark.distributed, pytest.mark.deepspeed, pytest.mark.slow]
+
+STEPS = 20
+ROWS_PER_RANK = 8
+
+
+@pytest.mark.parametrize(
+    ("config", "hub_config"),
+    [
+        ("cpu-zero2.yaml", {"filter_zero_signal": True, "loss_type": "cispo"}),
+        ("cpu-zero3.yaml", {"filter_zero_signal": True, "loss_agg_mode": "seq-mean-token-mean"}),
+    ],
+    ids=["zero2-cispo", "zero3-loss_agg_mode"],
+)
+def test_lora_training_with_one_rank_fully_filtered(config, hub_config):
+    requires("deepspeed", "ZeRO-2/3 on 2 CPU ranks")
+    args = [
+        "--trainer",
+        "hub",
+        "--hub-config",
+        json.dumps(hub_config),
+        "--lora",
+        "--scenario",
+        "task-rank1-flat",
+    ]
+    args += ["--max-steps", str(STEPS), "--learning-rate", "5e-2", "--seed", "3"]
+    result = run_accelerate(config, "grpo_worker.py", args, timeout=560)
+
+    assert_two_rank_world(result, "DEEPSPEED")
+    assert result["trainer"] == "GRPOHubTrainer"
+    assert result["n_trainable"] < 50_000, "expected only the LoRA adapter to be trainable"
+    assert result["ranks"][0]["scored"] == {"live": STEPS * ROWS_PER_RANK}
+    assert result["ranks"][1]["scored"] == {"flat": STEPS * ROWS_PER_RANK}
+    assert_trained_in_sync(result, steps=STEPS)
+    logs = step_logs(result)
+    for entry in logs:
+        kept = entry["filter/rows_trained"]
+        assert kept <= ROWS_PER_RANK, "rank 1 must keep no row"
+        assert entry["filter/rows_padded"] == 2 * max(kept, 1) - kept  # rank 1 pads up to rank 0's count
+    rewards = [entry["rewards/task_on_live/mean"] for entry in logs]
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert last > first + 0.15, rewards

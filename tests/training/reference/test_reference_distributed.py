@@ -1,0 +1,68 @@
+"""2 CPU ranks (DDP over gloo, DeepSpeed ZeRO-3): every rank ends with identical, correctly refreshed reference
+weights, and a ZeRO-3 resume continues with the saved reference. Each launch takes ~40-60 s."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import requires
+from tests.training.distributed.launch import partitioned_zero3_config, run_accelerate
+
+WORKER = str(Path(__file__).with_name("ref_worker.py"))
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+def _check_ranks(result: dict, hard: bool) -> None:
+    """World of 2, ref frozen, refreshed at 2 and 4, ranks agree from the first refresh on, KL ~0 after it."""
+    ranks = result["ranks"]
+    assert len(ranks) == 2 and all(rank["world_size"] == 2 for rank in ranks)
+    for rank in ranks:
+        assert rank["refreshed_at"] == [2, 4] and not rank["ref_trainable"]
+        assert (rank["final"]["max_ref_minus_trained"] == 0.0) == hard  # hard copy: ref == trained everywhere
+    for step in ("3", "4"):
+        assert len({rank["steps"][step]["ref"] for rank in ranks}) == 1, f"ranks disagree at step {step}"
+    assert len({rank["final"]["ref"] for rank in ranks}) == 1
+    steps = ranks[0]["steps"]
+    assert steps["1"]["ref"] == steps["2"]["ref"]  # unchanged until the step-2 refresh (probe runs before it)
+    assert steps["3"]["ref"] != steps["2"]["ref"]
+    assert (steps["3"]["ref"] == steps["2"]["trained"]) == hard
+    if hard:
+        assert ranks[0]["kl"]["3"] < 1e-7 < ranks[0]["kl"]["2"]
+
+
+def test_ddp_ranks_hold_identical_refreshed_reference():
+    """EMA (alpha 0.5) after rank 1's reference was offset: the refresh broadcasts rank 0's result."""
+    args = ["--max-steps", "4", "--sync-steps", "2", "--alpha", "0.5", "--perturb-rank1-ref"]
+    result = run_accelerate("cpu-ddp.yaml", WORKER, args, timeout=500)
+    assert "MULTI_CPU" in result["distributed_type"] or "MULTI_GPU" in result["distributed_type"]
+    assert not result["ref_partitioned"]
+    ranks = result["ranks"]
+    assert ranks[0]["steps"]["2"]["ref"] != ranks[1]["steps"]["2"]["ref"]  # the offset took effect
+    # DDP: every rank's own storage is the whole tensor, so equal local hashes mean equal weights.
+    assert len({rank["final"]["local_ref"] for rank in ranks}) == 1
+    _check_ranks(result, hard=False)
+
+
+@pytest.mark.deepspeed
+def test_zero3_refresh_and_resume(tmp_path):
+    requires("deepspeed", "ZeRO-3 reference-adapter refresh")
+    zero3 = str(partitioned_zero3_config(tmp_path))  # LoRA factors really sharded, not kept whole
+    args = ["--max-steps", "4", "--sync-steps", "2", "--save-steps", "2"]
+    straight = run_accelerate(zero3, WORKER, [*args, "--output-dir", str(tmp_path / "a")], timeout=550)
+    assert "DEEPSPEED" in straight["distributed_type"] and straight["ref_partitioned"]
+    # ZeRO-3: each rank stores a different shard, yet the gathered reference equals the trained adapter.
+    assert straight["ranks"][0]["final"]["local_ref"] != straight["ranks"][1]["final"]["local_ref"]
+    _check_ranks(straight, hard=True)
+
+    checkpoint = tmp_path / "b" / "checkpoint-2"
+    shutil.copytree(tmp_path / "a" / "checkpoint-2", checkpoint)
+    resumed = run_accelerate(
+        zero3, WORKER, [*args, "--output-dir", str(tmp_path / "b"), "--resume", str(checkpoint)]
+    )
+    for rank in resumed["ranks"]:
+        assert rank["refreshed_at"] == [4]
+        # Built fresh, the reference starts as the untrained copy; the checkpoint's step-2 reference replaces it.
+        assert rank["steps"]["begin"]["ref"] != straight["steps"]["3"]["ref"]
+        assert rank["steps"]["3"]["ref"] == straight["steps"]["3"]["ref"]
+        assert rank["final"]["ref"] == rank["final"]["trained"]

@@ -1,0 +1,151 @@
+"""Zero-signal filtering: dropped rows get no training forward, the gradient is kept, nothing breaks."""
+
+import pytest
+import torch
+from trl.trainer.utils import split_tensor_dict
+
+from grpo_hub.algos.filtering import agreed_row_count, keep_rows
+from grpo_hub.training.trainer import GRPOHubTrainer
+from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer, tiny_config
+
+SETTINGS = {"gradient_accumulation_steps": 2, "shuffle_dataset": False}
+
+
+def half_signal_trainer(tmp_path, model_dir, **overrides):
+    args = tiny_config(tmp_path, **{**SETTINGS, **overrides})
+    return make_trainer(
+        GRPOHubTrainer, model_dir, args, reward_funcs=[half_signal_reward], dataset=half_signal_dataset()
+    )
+
+
+def test_agreed_row_count():
+    assert agreed_row_count(0, 4) == 4
+    assert agreed_row_count(5, 4) == 8
+    assert agreed_row_count(8, 4) == 8
+    assert agreed_row_count(1, 1) == 1
+
+
+def test_keep_rows_pads_and_trims():
+    batch = {
+        "prompt_ids": torch.tensor([[0, 5], [6, 7], [0, 8]]),
+        "prompt_mask": torch.tensor([[0, 1], [1, 1], [0, 1]]),
+        "completion_ids": torch.tensor([[1, 2, 0], [3, 4, 5], [6, 0, 0]]),
+        "completion_mask": torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]]),
+        "advantages": torch.tensor([1.0, 2.0, 3.0]),
+        "num_items_in_batch": torch.tensor(6),
+    }
+    out = keep_rows(batch, torch.tensor([True, False, True]), num_rows=4)
+    assert out["advantages"].tolist() == [1.0, 3.0, 0.0, 0.0]
+    assert out["completion_mask"].tolist() == [[1, 1], [1, 0], [0, 0], [0, 0]]  # column 3 only used by row 1
+    assert out["completion_ids"].tolist() == [[1, 2], [6, 0], [1, 2], [1, 2]]
+    assert out["prompt_ids"].tolist() == [[5], [8], [5], [5]]  # left pad column trimmed
+    assert out["num_items_in_batch"] is batch["num_items_in_batch"]
+    with pytest.raises(ValueError, match="num_rows"):
+        keep_rows(batch, torch.tensor([True, True, True]), num_rows=2)
+
+
+def test_filtered_rows_get_no_training_forward(tmp_path, tiny_model_dir):
+    seen = {True: [], False: []}
+    for filtering in (True, False):
+        trainer = half_signal_trainer(tmp_path, tiny_model_dir, filter_zero_signal=filtering, max_steps=3)
+
+        def record(module, args, kwargs, filtering=filtering, tokenizer=trainer.processing_class):
+            if torch.is_grad_enabled():
+                seen[filtering].extend(tokenizer.batch_decode(kwargs["input_ids"]))
+
+        trainer.model.register_forward_pre_hook(record, with_kwargs=True)
+        trainer.train()
+    # 3 optimizer steps x 2 micro-steps; 16 rows per generation, half of them in zero-signal groups
+    assert len(seen[False]) == 3 * 16
+    assert len(seen[True]) == 3 * 8
+    assert sum("Stay quiet" in text for text in seen[False]) == 3 * 8
+    assert not any("Stay quiet" in text for text in seen[True])
+
+
+def test_filter_metrics(tmp_path, tiny_model_dir):
+    trainer = half_signal_trainer(tmp_path, tiny_model_dir, filter_zero_signal=True, max_steps=2)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "filter/rows_trained" in h]
+    assert [h["filter/rows_trained"] for h in logs] == [8.0, 8.0]
+    assert [h["filter/frac_rows_dropped"] for h in logs] == [0.5, 0.5]
+
+
+def window_grads(trainer, batch):
+    """Gradient of one accumulation window: the batch split into micro-batches the way TRL splits it."""
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    trainer.model.zero_grad()
+    for micro in split_tensor_dict(batch, trainer.args.steps_per_generation):
+        trainer.compute_loss(trainer.model, micro).backward()
+    return torch.cat([p.grad.reshape(-1) for p in trainer.model.parameters() if p.grad is not None])
+
+
+def scored(trainer):
+    inputs = [trainer.train_dataset[i] for i in range(4) for _ in range(trainer.num_generations)]
+    torch.manual_seed(0)
+    trainer.model.train()
+    return trainer._generate_and_score_completions(inputs)
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        {"loss_type": "dapo"},
+        {"loss_type": "grpo"},
+        {"loss_type": "dr_grpo"},
+        {"loss_type": "cispo"},
+        {"loss_type": "gspo"},
+        {"loss_type": "grpo", "loss_agg_mode": "seq-mean-token-mean"},
+        {"loss_type": "dapo", "loss_agg_mode": "token-mean"},
+        {"loss_type": "grpo", "loss_agg_mode": "seq-mean-token-sum-norm"},
+    ],
+    ids=str,
+)
+def test_filtering_keeps_the_gradient_with_the_all_normaliser(tmp_path, tiny_model_dir, loss):
+    off = half_signal_trainer(tmp_path, tiny_model_dir, **loss)
+    on = half_signal_trainer(
+        tmp_path, tiny_model_dir, filter_zero_signal=True, zero_signal_normalizer="all", **loss
+    )
+    batch_off, batch_on = scored(off), scored(on)
+    assert batch_off["advantages"][4:8].abs().max() == 0  # "Stay quiet" group: exactly zero advantage
+    assert batch_on["prompt_ids"].shape[0] == 8 and batch_off["prompt_ids"].shape[0] == 16
+    grads_off, grads_on = window_grads(off, batch_off), window_grads(on, batch_on)
+    assert grads_off.abs().sum() > 0
+    torch.testing.assert_close(grads_on, grads_off, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("loss", [{"loss_type": "dapo"}, {"loss_type": "grpo"}], ids=str)
+def test_kept_normaliser_renormalises_over_surviving_rows(tmp_path, tiny_model_dir, loss):
+    off = half_signal_trainer(tmp_path, tiny_model_dir, **loss)
+    on = half_signal_trainer(tmp_path, tiny_model_dir, filter_zero_signal=True, **loss)
+    batch_off, batch_on = scored(off), scored(on)
+    grads_off, grads_on = window_grads(off, batch_off), window_grads(on, batch_on)
+    if loss["loss_type"] == "dapo":  # token mean over the kept tokens instead of all tokens
+        factor = batch_off["num_items_in_batch"] / batch_on["num_items_in_batch"]
+    else:  # sequence mean over the 8 kept rows instead of all 16
+        factor = 2.0
+    assert factor > 1
+    torch.testing.assert_close(grads_on, grads_off * factor, rtol=1e-4, atol=1e-5)
+
+
+def constant_reward(prompts, completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        {"loss_type": "dapo"},
+        {"loss_type": "grpo"},
+        {"loss_type": "grpo", "loss_agg_mode": "seq-mean-token-sum"},
+    ],
+    ids=str,
+)
+def test_all_filtered_batch_neither_crashes_nor_moves_the_model(tmp_path, tiny_model_dir, loss):
+    args = tiny_config(tmp_path, filter_zero_signal=True, max_steps=2, **SETTINGS, **loss)
+    trainer = make_trainer(GRPOHubTrainer, tiny_model_dir, args, reward_funcs=[constant_reward])
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["filter/rows_trained"] for h in logs] == [0.0, 0.0]
+    assert all(h["loss"] == 0.0 and h["grad_norm"] == 0.0 for h in logs)
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))

