@@ -31,8 +31,14 @@ def check_type(field_name: str, value, annotation) -> None:
         return
     wrong_bool = isinstance(value, bool) and bool not in allowed
     if wrong_bool or not isinstance(value, allowed):
-        names = " or ".join("None" if t is type(None) else t.__name__ for t in dict.fromkeys(allowed))
-        field_error(field_name, f"must be {names}, got {type(value).__name__} {value!r}.", f"pass a {names}.")
+        names = " or ".join(
+            [t.__name__ for t in allowed if t is not type(None)] + ["None"] * (type(None) in allowed)
+        )
+        field_error(
+            field_name,
+            f"must be {names}, got {type(value).__name__} {value!r}.",
+            f"give a value of type {names}.",
+        )
 
 
 def check_finite(field_name: str, value, *, off: str = "None") -> None:
@@ -55,6 +61,6 @@ def check_effect(
         if value != defaults[name] and not applies(config):
             field_error(
                 name,
-                f"={value!r} has no effect without {switch}.",
+                f"is set to {value!r} but has no effect without {switch}.",
                 f"set {switch}, or leave {name} at its default {defaults[name]!r}.",
             )

@@ -260,7 +260,7 @@ def test_every_effect_rule_has_a_case():
 def test_effectless_setting_is_rejected_and_accepted_with_its_switch(name):
     value, switch = EFFECTIVE[name]
     assert getattr(make(**{name: value}, **switch), name) == value
-    with pytest.raises(ValueError, match=rf"^`{name}`: ={value!r} has no effect without "):
+    with pytest.raises(ValueError, match=rf"^`{name}`: is set to {value!r} but has no effect without "):
         make(**{name: value})
 
 
