@@ -21,6 +21,7 @@ from grpo_hub.algos.filtering import agreed_row_count, keep_rows
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.config import ROW_MEAN_LOSSES, GRPOHubConfig
 from grpo_hub.training.dynamic_sampling import DynamicSampler
+from grpo_hub.training.finite_guard import FiniteGradientsCallback
 from grpo_hub.training.input_checks import (
     check_advantages_finite,
     check_batch_prompts,
@@ -50,6 +51,7 @@ class GRPOHubTrainer(GRPOTrainer):
             args, getattr(self, "vllm_generation", None), self.accelerator.is_main_process
         )
         self._check_data_dependent_options(kwargs)
+        self.add_callback(FiniteGradientsCallback())  # weights never become NaN/inf
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
         self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)

@@ -43,6 +43,46 @@ def test_infinite_reward_names_the_function_and_rows_and_leaves_weights(tmp_path
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+@pytest.mark.parametrize("adv_norm", ["none", "mean_only"])
+def test_finite_rewards_that_overflow_the_gradient_leave_the_weights(tmp_path, tiny_model_dir, adv_norm):
+    """Rewards near float32's max pass the reward check, but their gradients overflow: the step is refused."""
+
+    def huge_reward(completions, **kwargs):
+        return [3e38 * (i % 2) for i in range(len(completions))]
+
+    trainer = make_trainer(
+        GRPOHubTrainer,
+        tiny_model_dir,
+        tiny_config(tmp_path, adv_norm=adv_norm),
+        reward_funcs=[huge_reward],
+        dataset=Dataset.from_dict({"prompt": PROMPTS}),
+    )
+    before = _snapshot(trainer)
+    with pytest.raises(
+        FloatingPointError, match=r"optimizer step 1: non-finite gradients in .*weights are unchanged"
+    ):
+        trainer.train()
+    after = _snapshot(trainer)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_gradient_guard_names_the_parameters_and_stays_off_under_fp16():
+    from types import SimpleNamespace
+
+    from grpo_hub.training.finite_guard import FiniteGradientsCallback, nonfinite_gradients
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    assert nonfinite_gradients(model) == []  # no gradients yet
+    model(torch.ones(1, 2)).sum().backward()
+    assert nonfinite_gradients(model) == []
+    model[1].weight.grad[0, 0] = math.nan
+    assert nonfinite_gradients(model) == ["1.weight"]
+    state = SimpleNamespace(global_step=4)
+    with pytest.raises(FloatingPointError, match=r"optimizer step 5: non-finite gradients in 1.weight"):
+        FiniteGradientsCallback().on_pre_optimizer_step(SimpleNamespace(fp16=False), state, None, model=model)
+    FiniteGradientsCallback().on_pre_optimizer_step(SimpleNamespace(fp16=True), state, None, model=model)
+
+
 def test_unscored_rewards_still_train_with_finite_weights(tmp_path, tiny_model_dir):
     """None and NaN mean "not scored" in TRL: they must keep training (advantage 0), not trip the checks."""
 
