@@ -20,6 +20,7 @@ from pathlib import Path
 from grpo_hub.training.reference import REF_ADAPTER
 
 MAX_ADAPTERS = 4
+MAX_SEED = 2**32 - 1  # torch.manual_seed overflows above 2**64 - 1; numpy's seeds stop at 2**32 - 1
 
 
 BASE_LABEL = "base"
@@ -84,8 +85,8 @@ class Sampling:
             raise CompareError(
                 f"n samples {self.n} is outside [1, {limits.max_samples}] (raise the cap with GRPO_HUB_MAX_SAMPLES)"
             )
-        if self.seed < 0:
-            raise CompareError(f"seed {self.seed} must be >= 0")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise CompareError(f"seed {self.seed} is outside [0, {MAX_SEED}]")
 
 
 def parse_adapter_specs(text: str | None) -> tuple[str, ...]:

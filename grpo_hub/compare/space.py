@@ -12,12 +12,14 @@ The comparison itself (loading, seeded generation, rewards, diffs) lives in bank
 
 from __future__ import annotations
 
+import logging
 import os
 
 import gradio as gr
 
 from grpo_hub.compare.bank import (
     MAX_ADAPTERS,
+    MAX_SEED,
     CompareError,
     Limits,
     Sampling,
@@ -27,6 +29,8 @@ from grpo_hub.compare.bank import (
 )
 from grpo_hub.compare.html import column_html
 from grpo_hub.compare.scoring import compare, example_prompts, reward_functions
+
+logger = logging.getLogger(__name__)
 
 CSS = """
 ins { background: #c9f2c9; text-decoration: none; }
@@ -58,20 +62,29 @@ def read_sampling(temperature, top_p, max_new_tokens, seed, n) -> Sampling:
     """Sampling from the UI controls; an empty or non-numeric control is a CompareError."""
     try:
         return Sampling(float(temperature), float(top_p), int(max_new_tokens), int(seed), int(n))
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, OverflowError) as error:  # int(inf) overflows, int(nan) is a ValueError
         raise CompareError(
             f"every sampling control needs a number ({error}): fill in the empty one"
         ) from error
 
 
 def run_compare(base, adapters, prompt, temperature, top_p, max_new_tokens, seed, n, rewards):
-    """Gradio handler: one HTML column per model (base first); unused column slots are hidden."""
+    """Gradio handler: one HTML column per model (base first); unused column slots are hidden.
+
+    Every failure reaches the page as a `gr.Error`: a CompareError with its message, anything unexpected as
+    its type and message (the traceback goes to the server log).
+    """
     try:
         sampling = read_sampling(temperature, top_p, max_new_tokens, seed, n)
-        bank = load_bank(base.strip(), parse_adapter_specs(adapters))
+        bank = load_bank((base or "").strip(), parse_adapter_specs(adapters))
         columns = compare(bank, prompt, sampling, list(rewards or []), Limits.from_env())
     except CompareError as error:
         raise gr.Error(str(error)) from error
+    except Exception as error:
+        logger.exception("compare failed")
+        raise gr.Error(
+            f"the comparison failed unexpectedly ({type(error).__name__}: {error}); the server log has the details"
+        ) from error
     html = [column_html(column) for column in columns]
     hidden = [gr.HTML(value="", visible=False) for _ in range(MAX_ADAPTERS + 1 - len(html))]
     return [gr.HTML(value=h, visible=True) for h in html] + hidden
@@ -97,7 +110,7 @@ def build_demo(base: str, adapters: str) -> gr.Blocks:
             max_new = gr.Slider(
                 1, limits.max_new_tokens, value=min(32, limits.max_new_tokens), step=1, label="Max new tokens"
             )
-            seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="seed")
+            seed = gr.Number(0, precision=0, minimum=0, maximum=MAX_SEED, label="Seed", elem_id="seed")
             n = gr.Slider(1, limits.max_samples, value=min(4, limits.max_samples), step=1, label="Samples")
         names = sorted(reward_functions())
         rewards = gr.CheckboxGroup(names, value=names, label="Reward functions")

@@ -14,6 +14,9 @@ import re
 from collections.abc import Mapping
 
 REWARD_CURVE = "reward_curve.png"
+# Front-matter key naming the branch a card was pushed to: a branch whose card names another branch holds no
+# adapter of its own (e.g. a push was interrupted after creating the branch from main; see hub/pull.py).
+PUSHED_REVISION = "grpo_hub_revision"
 BASE_TAGS = ("trl", "grpo", "grpo-hub", "lora")
 # TRL fields that shape a GRPO run; grpo_hub's own config fields are added on top (see `training_config`).
 TRL_CONFIG_KEYS = (
@@ -177,6 +180,14 @@ def reward_curve_png(log_history: list[dict]) -> bytes | None:
     return buffer.getvalue()
 
 
+def pushed_revision(card_text: str) -> str | None:
+    """The branch a grpo_hub card was pushed to (its `PUSHED_REVISION` front matter); None for other cards."""
+    from huggingface_hub import ModelCard
+
+    value = ModelCard(card_text, ignore_metadata_errors=True).data.to_dict().get(PUSHED_REVISION)
+    return value if isinstance(value, str) else None
+
+
 def build_model_card(
     *,
     repo_id: str,
@@ -199,6 +210,7 @@ def build_model_card(
         library_name="peft",
         pipeline_tag="text-generation",
         tags=[*BASE_TAGS, variant],
+        **{PUSHED_REVISION: revision},
     )
     return ModelCard.from_template(
         data,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from grpo_hub.hub.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS, TOKENIZER_FILES
 from grpo_hub.hub.errors import HubError, HubNotFoundError, hub_errors
-from grpo_hub.hub.model_card import REWARD_CURVE
-from grpo_hub.hub.push import check_repo_id
+from grpo_hub.hub.model_card import REWARD_CURVE, pushed_revision
+from grpo_hub.hub.push import COMMIT_SHA, check_repo_id
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +65,30 @@ def download_adapter(spec: str, *, token: str | None = None) -> PullInfo:
             f"pull {repo_id}@{revision} (commit {sha}): no {ADAPTER_CONFIG} + {ADAPTER_WEIGHTS} at this revision. "
             "Fix: pick a revision that holds a pushed adapter (see the repo's branches, e.g. 'main' or 'step-<N>')."
         )
+    _check_branch_holds_its_push(repo_id, revision, sha, folder, token)
     base = json.loads((folder / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
     logger.info("pulled %s@%s pinned to commit %s", repo_id, revision, sha)
     return PullInfo(repo_id, revision, sha, str(folder), base)
+
+
+def _check_branch_holds_its_push(
+    repo_id: str, revision: str, sha: str, folder: Path, token: str | None
+) -> None:
+    """Raise when branch `revision` carries an adapter pushed to another branch (a push that never landed)."""
+    from huggingface_hub import HfApi
+
+    card = folder / "README.md"
+    pushed = pushed_revision(card.read_text(encoding="utf-8")) if card.is_file() else None
+    if pushed is None or pushed == revision or COMMIT_SHA.match(revision):
+        return
+    with hub_errors("pull", repo_id, revision):
+        branches = {ref.name for ref in HfApi(token=token).list_repo_refs(repo_id).branches}
+    if revision in branches:  # tags may point anywhere: only a branch is meant to hold its own push
+        raise HubNotFoundError(
+            f"pull {repo_id}@{revision} (commit {sha}): branch {revision!r} holds no adapter pushed to it; its head "
+            f"is the adapter pushed to {pushed!r} (a push to {revision!r} was interrupted after creating the branch). "
+            f"Fix: push to {revision!r} again, or pull {repo_id}@{pushed}."
+        )
 
 
 def check_output_dir(output_dir: str | os.PathLike) -> Path:

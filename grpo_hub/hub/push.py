@@ -2,7 +2,8 @@
 
 The revision is a branch (`main`, or e.g. `step-200` for a checkpoint, created from `main` if missing).
 Everything goes through `HfApi.create_commit` with all operations at once, so a failure leaves the repo as
-it was; a branch created for a push that then fails is deleted again. Never pushed: the reference
+it was; a branch created for a push that then fails or is interrupted (Ctrl-C) is deleted again, and a pull of a
+branch that still points at another branch's push is refused (`pull.py`). Never pushed: the reference
 adapter, optimizer/scheduler/rng state, trainer_state.json, training_args.bin (it can hold a token).
 """
 
@@ -66,8 +67,8 @@ def create_adapter_repo(repo_id: str, *, token: str | None = None, private: bool
         return api.create_repo(repo_id, private=private, exist_ok=True).repo_id
 
 
-def _ensure_branch(api, repo_id: str, branch: str) -> bool:
-    """Create `branch` from main when missing; True if this call created it."""
+def _branch_to_create(api, repo_id: str, branch: str) -> bool:
+    """True when `branch` is missing (this push creates it from main); a tag of that name is an error."""
     if branch == "main":
         return False
     refs = api.list_repo_refs(repo_id)
@@ -77,7 +78,6 @@ def _ensure_branch(api, repo_id: str, branch: str) -> bool:
         raise ValueError(
             f"{branch!r} is a tag of {repo_id}; pushes go to branches. Fix: pick another revision name."
         )
-    api.create_branch(repo_id, branch=branch)
     return True
 
 
@@ -155,11 +155,13 @@ def push_adapter(
     )
     api = HfApi(token=token)
     with hub_errors("push to", full_id, revision):
-        created = _ensure_branch(api, full_id, revision)
+        creates_branch = _branch_to_create(api, full_id, revision)
         try:
+            if creates_branch:
+                api.create_branch(full_id, branch=revision)
             info = api.create_commit(full_id, operations, commit_message=message, revision=revision)
-        except Exception:
-            if created:
+        except BaseException:  # Ctrl-C too: a new branch left at main's commit would serve main's adapter
+            if creates_branch:
                 _delete_branch_quietly(api, full_id, revision)
             raise
     logger.info("pushed adapter from %s to %s@%s (commit %s)", root, full_id, revision, info.oid)
@@ -168,9 +170,16 @@ def push_adapter(
 
 def _delete_branch_quietly(api, repo_id: str, branch: str) -> None:
     """Undo a branch this push created; when that fails too, say so (the caller re-raises the push error)."""
+    from huggingface_hub.errors import RevisionNotFoundError
+
     try:
         api.delete_branch(repo_id, branch=branch)
+    except RevisionNotFoundError:  # interrupted before the branch was made
+        pass
     except Exception as err:  # the push error is the one to report; this is a note on what was left
         logger.warning(
-            "push to %s@%s failed and the new branch could not be deleted: %s", repo_id, branch, err
+            "push to %s@%s failed and the new branch could not be deleted (a pull of it is refused): %s",
+            repo_id,
+            branch,
+            err,
         )

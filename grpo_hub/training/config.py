@@ -2,9 +2,16 @@
 
 With every new field at its default the config is exactly a `trl.GRPOConfig`. Fields are grouped by feature;
 each group has a `_validate_<feature>()` method called from `__post_init__`, and every invalid value raises a
-ValueError that names the field and the fix.
+ValueError that names the field and the fix. Checks common to all fields run first (`_validate_values`): every
+field declared here has its annotated type and, if a float, is finite (None turns a bound off, never `inf`); no
+float field of the config (TRL's included) is NaN; and a field set explicitly -- its value differs from its
+default -- whose switch is off (`EFFECT_NEEDS`) is an error, since it would have no effect. A value equal to the
+default cannot be told apart from an unset one and is accepted.
 """
 
+import dataclasses
+import inspect
+import math
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -12,7 +19,7 @@ from trl import GRPOConfig
 from grpo_hub.algos import advantages, importance, losses
 from grpo_hub.training.compat import check_trl_version
 from grpo_hub.training.reference import validate_reference_settings
-from grpo_hub.training.validation import field_error
+from grpo_hub.training.validation import check_effect, check_finite, check_type, field_error
 from grpo_hub.training.vllm_checks import AGILERL_TOKEN_CAP, check_sampler_matches_trainer, resolve_vllm_is
 
 check_trl_version()
@@ -25,6 +32,39 @@ ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
 # TRL losses that average over the rows of a micro-batch ("gspo" resolves to "grpo"): pad rows would dilute them.
 ROW_MEAN_LOSSES = ("grpo", "gspo", "sapo", "luspo", "dr_grpo")
 DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
+
+# A field set away from its default has an effect only when its switch is on: field -> (switch, predicate).
+EFFECT_NEEDS = {
+    "zero_signal_eps": (
+        "filter_zero_signal=True or dynamic_sampling=True",
+        lambda c: c.filter_zero_signal or c.dynamic_sampling,
+    ),
+    "zero_signal_normalizer": (
+        "filter_zero_signal=True or dynamic_sampling=True",
+        lambda c: c.filter_zero_signal or c.dynamic_sampling,
+    ),
+    "dynamic_sampling_target_groups": ("dynamic_sampling=True", lambda c: c.dynamic_sampling),
+    "dynamic_sampling_max_rounds": ("dynamic_sampling=True", lambda c: c.dynamic_sampling),
+    "dynamic_sampling_on_cap": ("dynamic_sampling=True", lambda c: c.dynamic_sampling),
+    "reward_shift": ("reward_norm='batch' or 'running'", lambda c: c.reward_norm is not None),
+    "reward_scale": ("reward_norm='batch' or 'running'", lambda c: c.reward_norm is not None),
+    "vllm_is_pooling": (
+        "use_vllm=True and vllm_importance_sampling_correction=True",
+        lambda c: c.use_vllm and c.vllm_importance_sampling_correction,
+    ),
+    "vllm_is_preset": (
+        "use_vllm=True and vllm_importance_sampling_correction=True",
+        lambda c: c.use_vllm and c.vllm_importance_sampling_correction,
+    ),
+    "ref_adapter_sync_steps": ("ref_adapter_sync_on='steps'", lambda c: c.ref_adapter_sync_on == "steps"),
+    "ref_adapter_mixup_alpha": (
+        "ref_adapter_sync_on='steps' or 'epoch'",
+        lambda c: c.ref_adapter_sync_on != "never",
+    ),
+    "ref_adapter_save": ("beta > 0 (without a KL term there is no 'ref' adapter)", lambda c: c.beta != 0.0),
+}
+# TRL bounds that grpo_hub's checks compare against: finite, or None for TRL's default / off.
+FINITE_TRL_BOUNDS = ("epsilon_high", "delta")
 
 TRL_EPSILON = 0.2
 GSPO_EPSILON, GSPO_EPSILON_HIGH = 3e-4, 4e-4  # GSPO paper, section 5.1
@@ -239,6 +279,7 @@ class GRPOHubConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        self._validate_values()
         self._validate_loss_type()
         self._validate_filtering()
         self._apply_presets()
@@ -254,6 +295,20 @@ class GRPOHubConfig(GRPOConfig):
         self._validate_reference_adapter()
 
     # --- validation and presets, one method per feature ---
+    def _validate_values(self) -> None:
+        """Type and finiteness of every field declared here, no NaN anywhere, no effect-less field (module doc)."""
+        for name, annotation in inspect.get_annotations(GRPOHubConfig).items():
+            check_type(name, getattr(self, name), annotation)
+            check_finite(name, getattr(self, name))
+        for name in FINITE_TRL_BOUNDS:
+            check_finite(name, getattr(self, name), off="None (TRL's default)")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and math.isnan(value):
+                field_error(f.name, "is NaN, which passes every range check.", "give a number.")
+        defaults = {f.name: f.default for f in dataclasses.fields(GRPOHubConfig)}
+        check_effect(self, EFFECT_NEEDS, defaults)
+
     def _validate_loss_type(self) -> None:
         if self.loss_type not in LOSS_TYPES:
             field_error("loss_type", f"{self.loss_type!r} is not supported.", f"use one of {LOSS_TYPES}.")
@@ -287,12 +342,13 @@ class GRPOHubConfig(GRPOConfig):
                 f"{self.zero_signal_normalizer!r} is not supported.",
                 f"use one of {ZERO_SIGNAL_NORMALIZERS}.",
             )
-        if self.filter_zero_signal and self.num_generations is not None and self.num_generations < 2:
-            field_error(
-                "filter_zero_signal",
-                f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
-                "set num_generations >= 2 or filter_zero_signal=False.",
-            )
+        for switch in ("filter_zero_signal", "dynamic_sampling"):
+            if getattr(self, switch) and self.num_generations is not None and self.num_generations < 2:
+                field_error(
+                    switch,
+                    f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
+                    f"set num_generations >= 2 or {switch}=False.",
+                )
         row_mean = self.loss_type in ROW_MEAN_LOSSES and self.loss_agg_mode is None
         if self.filter_zero_signal and row_mean and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
             field_error(
@@ -317,12 +373,6 @@ class GRPOHubConfig(GRPOConfig):
                 "use e.g. 4.",
             )
         target = self.dynamic_sampling_target_groups
-        if target is not None and not self.dynamic_sampling:
-            field_error(
-                "dynamic_sampling_target_groups",
-                "has no effect without dynamic_sampling.",
-                "set dynamic_sampling=True.",
-            )
         if not self.dynamic_sampling:
             return
         if self.zero_signal_normalizer != "kept":
@@ -471,11 +521,6 @@ class GRPOHubConfig(GRPOConfig):
                 f"{self.reward_norm!r} is not supported.",
                 f"use one of {advantages.REWARD_NORMS} or None.",
             )
-        for name in ("reward_shift", "reward_scale"):
-            if getattr(self, name) and self.reward_norm is None:
-                field_error(
-                    name, "only modifies reward_norm, which is None.", "set reward_norm='batch' or 'running'."
-                )
         if self.reward_shift and self.reward_scale:
             field_error(
                 "reward_shift", "and reward_scale together leave nothing to normalise.", "set only one."
@@ -535,12 +580,6 @@ class GRPOHubConfig(GRPOConfig):
                 "vllm_is_pooling",
                 f"{self.vllm_is_pooling!r} is not supported.",
                 f"use one of {importance.POOLINGS}.",
-            )
-        if not (self.use_vllm and self.vllm_importance_sampling_correction):
-            field_error(
-                "vllm_is_pooling",
-                "has no effect without use_vllm=True and vllm_importance_sampling_correction=True.",
-                "enable both or unset vllm_is_pooling.",
             )
         if not self.vllm_importance_sampling_mode.startswith("sequence_"):
             field_error(

@@ -38,6 +38,7 @@ import torch
 from transformers import TrainerCallback
 
 from grpo_hub.training.distributed import broadcast_unpartitioned, gathered, unwrap_peft_model
+from grpo_hub.training.validation import field_error
 
 REF_ADAPTER = "ref"
 REF_ADAPTER_FILE = "ref_adapter.safetensors"
@@ -52,23 +53,29 @@ def validate_reference_settings(
 ) -> None:
     """Raise ValueError, naming the field and the fix, for reference-adapter settings that cannot work."""
     if sync_on not in SYNC_MODES:
-        raise ValueError(f"`ref_adapter_sync_on` must be one of {SYNC_MODES}, got {sync_on!r}.")
+        field_error("ref_adapter_sync_on", f"{sync_on!r} is not supported.", f"use one of {SYNC_MODES}.")
     if isinstance(sync_steps, bool) or not isinstance(sync_steps, int) or sync_steps < 1:
-        raise ValueError(f"`ref_adapter_sync_steps` must be an int >= 1, got {sync_steps!r}.")
+        field_error("ref_adapter_sync_steps", f"must be an int >= 1, got {sync_steps!r}.", "use e.g. 64.")
     if not 0.0 < mixup_alpha <= 1.0:
-        raise ValueError(
-            f"`ref_adapter_mixup_alpha` must be in (0, 1] (1.0 = hard copy, < 1 = EMA), got {mixup_alpha!r}."
+        field_error(
+            "ref_adapter_mixup_alpha",
+            f"must be in (0, 1] (1.0 = hard copy, < 1 = EMA), got {mixup_alpha!r}.",
+            "use 1.0 or e.g. 0.5.",
         )
-    uses_adapter = sync_on != "never" or keep
-    if uses_adapter and beta == 0.0:
-        raise ValueError(
-            "`beta` is 0, so TRL computes no reference log-probs and a reference adapter has no effect: set "
-            "`beta` > 0, or `ref_adapter_sync_on='never'` and `ref_adapter_keep=False`."
+    setting = "ref_adapter_sync_on" if sync_on != "never" else "ref_adapter_keep"
+    if (sync_on != "never" or keep) and beta == 0.0:
+        field_error(
+            setting,
+            "needs a KL term, but `beta` is 0, so TRL computes no reference log-probs and a reference adapter "
+            "has no effect.",
+            "set `beta` > 0, or `ref_adapter_sync_on='never'` and `ref_adapter_keep=False`.",
         )
     if sync_on != "never" and sync_ref_model:
-        raise ValueError(
-            "`sync_ref_model=True` is TRL's refresh of a full reference model (it raises NotImplementedError "
-            "with PEFT); `ref_adapter_sync_on` refreshes the PEFT reference adapter. Set only one of them."
+        field_error(
+            "ref_adapter_sync_on",
+            "and `sync_ref_model=True` (TRL's refresh of a full reference model, which raises "
+            "NotImplementedError with PEFT) both refresh the reference.",
+            "set only one of them: ref_adapter_sync_on for a PEFT reference adapter.",
         )
 
 

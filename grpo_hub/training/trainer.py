@@ -21,6 +21,13 @@ from grpo_hub.algos.filtering import agreed_row_count, keep_rows
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.config import ROW_MEAN_LOSSES, GRPOHubConfig
 from grpo_hub.training.dynamic_sampling import DynamicSampler
+from grpo_hub.training.finite_guard import FiniteGradientsCallback
+from grpo_hub.training.input_checks import (
+    check_advantages_finite,
+    check_batch_prompts,
+    check_dataset_prompts,
+    check_rewards_finite,
+)
 from grpo_hub.training.reference import attach_reference_adapter, strip_reference_adapter
 from grpo_hub.training.turns import TurnCredit, turn_ids_from_tool_mask
 from grpo_hub.training.vllm_runtime import is_settings, log_is_diagnostics, prepare_vllm_generation
@@ -44,6 +51,7 @@ class GRPOHubTrainer(GRPOTrainer):
             args, getattr(self, "vllm_generation", None), self.accelerator.is_main_process
         )
         self._check_data_dependent_options(kwargs)
+        self.add_callback(FiniteGradientsCallback())  # weights never become NaN/inf
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
         self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
@@ -103,6 +111,11 @@ class GRPOHubTrainer(GRPOTrainer):
                 "`filter_zero_signal`: dropping rows, loss_agg_mode and turn-level ratios are not supported for "
                 "vision-language models. Fix: set filter_zero_signal=False and loss_agg_mode=None."
             )
+        eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
+        check_dataset_prompts(
+            {"train_dataset": self.train_dataset}
+            | {f"eval_dataset[{k!r}]" if k else "eval_dataset": v for k, v in eval_sets.items()}
+        )
         has_reference = self.beta != 0.0 or is_peft_model(self.model)
         if args.token_level_kl_coef > 0 and not has_reference:
             raise ValueError(
@@ -113,6 +126,7 @@ class GRPOHubTrainer(GRPOTrainer):
     # --- seam 1: rewards ---
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        check_rewards_finite(rewards_per_func, self.reward_func_names)
         args = self.args
         if args.reward_clip is not None or args.reward_norm is not None:
             training = self.model.training
@@ -154,6 +168,7 @@ class GRPOHubTrainer(GRPOTrainer):
 
     def _score_round(self, inputs):
         """TRL's scored batch with grpo_hub's edits (no row dropped), and the (all ranks' rows,) zero-signal mask."""
+        check_batch_prompts(inputs)
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
@@ -256,7 +271,9 @@ class GRPOHubTrainer(GRPOTrainer):
         return weights
 
     def _log_advantages(self, advantages: torch.Tensor, mode: str) -> None:
+        """Check (all ranks raise together) and log the advantages of the whole generation batch."""
         everything = self.accelerator.gather(advantages.detach().reshape(-1).float())
+        check_advantages_finite(everything)
         metrics = self._metrics[mode]
         metrics["advantages/mean"].append(everything.mean().item())
         metrics["advantages/std"].append(everything.std().item() if everything.numel() > 1 else 0.0)

@@ -1,6 +1,66 @@
-"""The one error of config validation: it names the field, what is wrong, and the fix."""
+"""Config validation shared by every field: the one error (`field_error`) and the value checks that apply to all
+fields alike (type, finiteness, effect)."""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
 
 
 def field_error(field_name: str, problem: str, fix: str) -> None:
     """Raise the ValueError of GRPOHubConfig and its checks: "`field`: problem Fix: fix"."""
     raise ValueError(f"`{field_name}`: {problem} Fix: {fix}")
+
+
+def _allowed_types(annotation) -> tuple[type, ...]:
+    """`float | None` -> (float, int, NoneType): an int is a valid float (as for TrlParser), a bool is neither."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        members = typing.get_args(annotation)
+    else:
+        members = (annotation,)
+    allowed = tuple(m for m in members if isinstance(m, type))
+    return (*allowed, int) if float in allowed else allowed
+
+
+def check_type(field_name: str, value, annotation) -> None:
+    """Raise unless `value` has the field's annotated type (bool is not accepted as an int or a float)."""
+    allowed = _allowed_types(annotation)
+    if not allowed:  # an annotation this check cannot read: leave it to the field's own checks
+        return
+    wrong_bool = isinstance(value, bool) and bool not in allowed
+    if wrong_bool or not isinstance(value, allowed):
+        names = " or ".join(
+            [t.__name__ for t in allowed if t is not type(None)] + ["None"] * (type(None) in allowed)
+        )
+        field_error(
+            field_name,
+            f"must be {names}, got {type(value).__name__} {value!r}.",
+            f"give a value of type {names}.",
+        )
+
+
+def check_finite(field_name: str, value, *, off: str = "None") -> None:
+    """Raise when a float bound is NaN or infinite (`nan` passes every `<`/`<=` check); `off` names how to disable."""
+    if isinstance(value, float) and not math.isfinite(value):
+        field_error(
+            field_name, f"must be a finite number, got {value}.", f"use a finite value, or {off} for off."
+        )
+
+
+def check_effect(
+    config, needs: Mapping[str, tuple[str, Callable[[typing.Any], bool]]], defaults: Mapping
+) -> None:
+    """Raise for a field set explicitly (its value differs from its default) whose switch is off.
+
+    `needs` maps a field to (the setting it needs, a predicate on the config that is True when it applies).
+    """
+    for name, (switch, applies) in needs.items():
+        value = getattr(config, name)
+        if value != defaults[name] and not applies(config):
+            field_error(
+                name,
+                f"is set to {value!r} but has no effect without {switch}.",
+                f"set {switch}, or leave {name} at its default {defaults[name]!r}.",
+            )

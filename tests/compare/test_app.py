@@ -61,6 +61,35 @@ def test_handler_turns_problems_into_gradio_errors(app, tiny_model_dir, adapters
         app.run_compare(tiny_model_dir, adapters, prompt, 1.0, 1.0, 8, 0, n, ["digit_fraction_reward"])
 
 
+@pytest.mark.parametrize(
+    ("temperature", "seed", "match"),
+    [
+        (1.0, 1e20, r"seed 100000000000000000000 is outside \[0, 4294967295\]"),
+        (1.0, -1, r"seed -1 is outside"),
+        (1.0, float("inf"), "every sampling control needs a number"),
+        (1.0, float("nan"), "every sampling control needs a number"),
+        (float("nan"), 0, "temperature nan is outside"),
+        (float("inf"), 0, "temperature inf is outside"),
+    ],
+)
+def test_handler_bounds_every_control(app, tiny_model_dir, temperature, seed, match):
+    import gradio as gr
+
+    with pytest.raises(gr.Error, match=match):
+        app.run_compare(tiny_model_dir, "", "Write only digits: 1", temperature, 1.0, 8, seed, 2, [])
+
+
+def test_handler_turns_an_unexpected_error_into_a_message(app, tiny_model_dir, monkeypatch):
+    import gradio as gr
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("something deep broke")
+
+    monkeypatch.setattr(app, "compare", broken)
+    with pytest.raises(gr.Error, match=r"failed unexpectedly \(RuntimeError: something deep broke\)"):
+        app.run_compare(tiny_model_dir, "", "Write only digits: 1", 1.0, 1.0, 8, 0, 2, [])
+
+
 def test_handler_rejects_a_foreign_adapter(app, tiny_model_dir, foreign_adapter):
     import gradio as gr
 

@@ -96,6 +96,47 @@ def test_connection_dropped_mid_upload_leaves_the_repo_unchanged(hub, pushed, ch
     assert set(repo.commits) == commits
 
 
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, SystemExit])
+def test_interrupted_push_deletes_the_branch_it_created(hub, pushed, checkpoint, monkeypatch, interruption):
+    from huggingface_hub import HfApi
+
+    from grpo_hub.hub import HubNotFoundError, download_adapter, push_adapter
+
+    repo = hub.repos[pushed]
+    branches, commits = dict(repo.branches), set(repo.commits)
+
+    def interrupted(self, *args, **kwargs):
+        assert "step-88" in repo.branches  # the branch exists at main's commit while the commit is in flight
+        raise interruption()
+
+    with monkeypatch.context() as patch, pytest.raises(interruption):
+        patch.setattr(HfApi, "create_commit", interrupted)
+        push_adapter(checkpoint, pushed, revision="step-88", token=ALICE)
+    assert repo.branches == branches and set(repo.commits) == commits
+    with pytest.raises(HubNotFoundError, match=r"revision 'step-88' does not exist"):
+        download_adapter(f"{pushed}@step-88", token=ALICE)
+
+
+def test_pull_of_a_branch_left_at_another_push_is_refused(hub, pushed):
+    """A branch an interrupted push could not delete points at main's commit: pulling it must not load main's
+    adapter under the branch's name. Tags and commit shas of that commit still pull."""
+    from huggingface_hub import HfApi
+
+    from grpo_hub.hub import HubNotFoundError, download_adapter
+
+    api = HfApi(token=ALICE)
+    api.create_branch(pushed, branch="step-88")  # what an interrupted push whose clean-up also failed leaves
+    api.create_tag(pushed, tag="v1")
+    with pytest.raises(
+        HubNotFoundError,
+        match=rf"{pushed}@step-88 .*branch 'step-88' holds no adapter pushed to it.*pushed to 'main'",
+    ):
+        download_adapter(f"{pushed}@step-88", token=ALICE)
+    main_sha = hub.repos[pushed].branches["main"]
+    assert download_adapter(f"{pushed}@v1", token=ALICE).commit_sha == main_sha
+    assert download_adapter(f"{pushed}@{main_sha}", token=ALICE).commit_sha == main_sha
+
+
 def _ref_only_adapter(checkpoint, folder):
     """A copy of `checkpoint`'s adapter whose weights are all named as TRL's "ref" adapter."""
     import shutil

@@ -1,13 +1,23 @@
-"""GRPOHubConfig: TRL defaults kept, presets, CLI/YAML parsing, and a table of invalid configs."""
+"""GRPOHubConfig: TRL defaults kept, presets, CLI/YAML parsing, and invalid values for every field.
+
+`INVALID` holds at least one out-of-range or unsupported value for every field GRPOHubConfig declares (checked by
+`test_every_field_has_an_invalid_case`, so a new field cannot be forgotten); wrong types, non-finite floats, NaN in
+TRL's float fields and effect-less settings are generated from the dataclass and `EFFECT_NEEDS`.
+"""
 
 import dataclasses
+import inspect
+import math
 
 import pytest
 import trl
 from trl import GRPOConfig, GRPOTrainer, TrlParser
 
 from grpo_hub.training.compat import check_trl_seams, check_trl_version
-from grpo_hub.training.config import GRPOHubConfig
+from grpo_hub.training.config import EFFECT_NEEDS, GRPOHubConfig
+from grpo_hub.training.validation import _allowed_types
+
+OWN_FIELDS = inspect.get_annotations(GRPOHubConfig)
 
 BASE = {"output_dir": "/tmp/grpo_hub_test_config", "use_cpu": True, "bf16": False, "report_to": "none"}
 
@@ -125,6 +135,33 @@ INVALID = [
     ("entropy_coef", {"filter_zero_signal": True, "loss_type": "grpo", "entropy_coef": 0.01}),
     ("vllm_is_pooling", {"vllm_is_pooling": "max"}),
     ("vllm_is_pooling", {"vllm_is_pooling": "mean"}),
+    (
+        "vllm_is_pooling",
+        {"vllm_is_pooling": "mean", "use_vllm": True, "vllm_importance_sampling_mode": "token_mask"},
+    ),
+    ("vllm_is_preset", {"vllm_is_preset": "verl", "use_vllm": True}),
+    ("dynamic_sampling", {"dynamic_sampling": True, "num_generations": 1}),
+    ("dynamic_sampling_max_rounds", {"dynamic_sampling": True, "dynamic_sampling_max_rounds": -1}),
+    ("dynamic_sampling_on_cap", {"dynamic_sampling": True, "dynamic_sampling_on_cap": "skip"}),
+    ("dynamic_sampling_target_groups", {"dynamic_sampling": True, "dynamic_sampling_target_groups": 0}),
+    ("turn_advantages", {"turn_advantages": "step"}),
+    ("whiten_advantages", {"turn_advantages": "turn", "whiten_advantages": True}),
+    ("ref_adapter_sync_on", {"ref_adapter_sync_on": "always", "beta": 0.1}),
+    ("ref_adapter_sync_on", {"ref_adapter_sync_on": "steps"}),  # beta = 0: no reference log-probs
+    ("ref_adapter_sync_on", {"ref_adapter_sync_on": "steps", "beta": 0.1, "sync_ref_model": True}),
+    ("ref_adapter_keep", {"ref_adapter_keep": True}),  # beta = 0
+    ("ref_adapter_sync_steps", {"ref_adapter_sync_on": "steps", "beta": 0.1, "ref_adapter_sync_steps": 0}),
+    (
+        "ref_adapter_mixup_alpha",
+        {"ref_adapter_sync_on": "steps", "beta": 0.1, "ref_adapter_mixup_alpha": 1.5},
+    ),
+    ("ref_adapter_save", {"ref_adapter_save": True}),  # beta = 0: there is no 'ref' adapter to keep
+    # NaN passes every `<` / `<=` range check (issue 15): each bound is checked for finiteness first.
+    ("reward_clip", {"reward_clip": math.nan}),
+    ("adv_clip_range", {"adv_clip_range": math.nan}),
+    ("dual_clip_c", {"dual_clip_c": math.nan}),
+    ("epsilon", {"epsilon": math.nan}),
+    ("delta", {"delta": math.nan}),
 ]
 
 
@@ -155,3 +192,92 @@ def test_changed_trl_seam_signature_fails(monkeypatch):
 
     with pytest.raises(ImportError, match="_calculate_rewards"):
         check_trl_seams(Moved)
+
+
+def test_every_field_has_an_invalid_case():
+    assert set(OWN_FIELDS) <= {name for name, _ in INVALID}
+
+
+def _wrong_type(annotation):
+    """A value of a type the annotation does not allow: a string for numbers and bools, a number for strings."""
+    return 1.5 if str in _allowed_types(annotation) else "1"
+
+
+@pytest.mark.parametrize("name", sorted(OWN_FIELDS))
+def test_wrong_type_names_the_field(name):
+    with pytest.raises(ValueError, match=rf"^`{name}`: must be .*, got str|^`{name}`: must be .*, got float"):
+        make(**{name: _wrong_type(OWN_FIELDS[name])})
+
+
+FLOAT_FIELDS = sorted(name for name, annotation in OWN_FIELDS.items() if float in _allowed_types(annotation))
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("name", FLOAT_FIELDS)
+def test_non_finite_float_names_the_field(name, value):
+    with pytest.raises(ValueError, match=rf"^`{name}`: must be a finite number"):
+        make(**{name: value})
+
+
+TRL_FLOAT_FIELDS = sorted(
+    f.name
+    for f in dataclasses.fields(GRPOConfig)
+    if f.name not in OWN_FIELDS and (isinstance(f.default, float) or "float" in str(f.type))
+)
+
+
+@pytest.mark.parametrize("name", TRL_FLOAT_FIELDS)
+def test_nan_in_any_trl_float_field_names_it(name):
+    with pytest.raises(ValueError, match=rf"^`{name}`: "):
+        make(**{name: math.nan})
+
+
+# A value away from the default, and the setting that gives it an effect (accepted with it, rejected without).
+EFFECTIVE = {
+    "zero_signal_eps": (0.1, {"filter_zero_signal": True}),
+    "zero_signal_normalizer": ("all", {"filter_zero_signal": True}),
+    "dynamic_sampling_target_groups": (2, {"dynamic_sampling": True}),
+    "dynamic_sampling_max_rounds": (8, {"dynamic_sampling": True}),
+    "dynamic_sampling_on_cap": ("error", {"dynamic_sampling": True}),
+    "reward_shift": (True, {"reward_norm": "batch"}),
+    "reward_scale": (True, {"reward_norm": "batch"}),
+    "vllm_is_pooling": (
+        "mean",
+        {"use_vllm": True, "vllm_importance_sampling_mode": "sequence_truncate"},
+    ),
+    "vllm_is_preset": ("agilerl", {"use_vllm": True}),
+    "ref_adapter_sync_steps": (10, {"ref_adapter_sync_on": "steps", "beta": 0.1}),
+    "ref_adapter_mixup_alpha": (0.5, {"ref_adapter_sync_on": "epoch", "beta": 0.1}),
+    "ref_adapter_save": (True, {"beta": 0.1}),
+}
+
+
+def test_every_effect_rule_has_a_case():
+    assert set(EFFECTIVE) == set(EFFECT_NEEDS)
+
+
+@pytest.mark.parametrize("name", sorted(EFFECTIVE))
+def test_effectless_setting_is_rejected_and_accepted_with_its_switch(name):
+    value, switch = EFFECTIVE[name]
+    assert getattr(make(**{name: value}, **switch), name) == value
+    with pytest.raises(ValueError, match=rf"^`{name}`: is set to {value!r} but has no effect without "):
+        make(**{name: value})
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"ref_adapter_sync_steps": 10, "ref_adapter_sync_on": "epoch", "beta": 0.1},
+        {"ref_adapter_mixup_alpha": 0.5, "ref_adapter_sync_on": "never"},
+        {"vllm_is_preset": "agilerl", "use_vllm": True, "vllm_importance_sampling_correction": False},
+        {"zero_signal_eps": 0.1, "reward_norm": "batch"},
+    ],
+)
+def test_issue_15_effectless_examples(kwargs):
+    with pytest.raises(ValueError, match="has no effect without"):
+        make(**kwargs)
+
+
+def test_default_valued_field_counts_as_unset():
+    """`explicitly set` means `differs from the default`: a default value is accepted whatever the switches."""
+    assert make(ref_adapter_sync_steps=64, zero_signal_eps=0.0, dynamic_sampling_max_rounds=4)

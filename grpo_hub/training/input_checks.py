@@ -1,0 +1,91 @@
+"""Checks on what the user's data and reward functions hand the trainer, each raising before it can do harm.
+
+- An empty prompt tokenizes to zero tokens and crashes inside `generate` (`Expected tensor for argument #1
+  'indices'`, plain TRL too): a map-style dataset is scanned at start-up (error with the dataset row), and each
+  batch is checked before generation (iterable datasets have no row index).
+- A reward of +-inf (NaN and None mean "not scored" in TRL and are kept) turns the advantages, then the weights,
+  into NaN: it is an error naming the reward function and the rows. Rewards arrive gathered over all ranks, so
+  every rank raises together.
+- Advantages are checked once more (all ranks' values): finite rewards can still overflow (e.g. 1e38 in float32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+SHOWN_ROWS = 10  # at most this many row indices in a message
+
+
+def _rows_text(rows) -> str:
+    rows = [int(r) for r in rows]
+    more = f" (and {len(rows) - SHOWN_ROWS} more)" if len(rows) > SHOWN_ROWS else ""
+    return ", ".join(map(str, rows[:SHOWN_ROWS])) + more
+
+
+def empty_prompt_rows(dataset) -> list[int]:
+    """Rows of a `datasets.Dataset` whose "prompt" is empty ("" or no messages) or missing; [] for other data."""
+    from datasets import Dataset
+
+    if not isinstance(dataset, Dataset) or "prompt" not in dataset.column_names:
+        return []
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = dataset.with_format("arrow")["prompt"]
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        length = pc.utf8_length(column)
+    elif pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+        length = pc.list_value_length(column)
+    else:
+        return []
+    empty = pc.or_kleene(pc.is_null(column), pc.equal(length, 0)).fill_null(True)
+    return np.flatnonzero(empty.to_numpy(zero_copy_only=False)).tolist()
+
+
+def check_dataset_prompts(datasets: dict) -> None:
+    """Raise naming the dataset (`train_dataset`, `eval_dataset[name]`) and the rows of empty prompts."""
+    for name, dataset in datasets.items():
+        rows = empty_prompt_rows(dataset)
+        if rows:
+            raise ValueError(
+                f"`{name}`: empty prompt at row(s) {_rows_text(rows)}; an empty prompt has no token to generate "
+                "from. Fix: drop or fill those rows (e.g. dataset.filter(lambda row: len(row['prompt']) > 0))."
+            )
+
+
+def check_batch_prompts(inputs: list[dict]) -> None:
+    """Raise before generation when a prompt of the batch is empty (data without a row index, e.g. iterable)."""
+    rows = [i for i, row in enumerate(inputs) if row.get("prompt") is None or len(row["prompt"]) == 0]
+    if rows:
+        raise ValueError(
+            f"`train_dataset`: empty prompt at position(s) {_rows_text(rows)} of a batch; an empty prompt has no "
+            "token to generate from. Fix: filter empty prompts out of the dataset."
+        )
+
+
+def check_rewards_finite(rewards_per_func: torch.Tensor, names: list[str]) -> None:
+    """Raise when a reward function returned +-inf ((rows, functions) over all ranks; NaN = not scored)."""
+    infinite = torch.isinf(rewards_per_func)
+    if not infinite.any():
+        return
+    problems = [
+        f"{names[i]!r} at row(s) {_rows_text(torch.nonzero(infinite[:, i]).flatten().tolist())}"
+        for i in range(rewards_per_func.shape[1])
+        if infinite[:, i].any()
+    ]
+    raise ValueError(
+        f"`reward_funcs`: infinite reward from {'; '.join(problems)} (rows of the generation batch, all ranks). "
+        "An infinite reward makes the advantages and then the weights NaN. Fix: return a finite number, or "
+        "None/NaN for a completion the function does not score."
+    )
+
+
+def check_advantages_finite(advantages: torch.Tensor) -> None:
+    """Raise when an advantage of the whole generation batch (all ranks, flattened) is not finite."""
+    bad = int((~torch.isfinite(advantages)).sum())
+    if bad:
+        raise ValueError(
+            f"`reward_funcs`: {bad} of {advantages.numel()} advantages of the generation batch are not finite (the "
+            "rewards overflow float32 arithmetic). Fix: scale the rewards down, or set reward_clip / reward_norm."
+        )
