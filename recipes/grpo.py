@@ -48,10 +48,10 @@ SUMMARY_WINDOW = 5  # steps averaged at each end of the reward history
 class RecipeArguments:
     """Which task and data the recipe trains on."""
 
-    task: Literal["digits", "digits_or_letters", "gsm8k"] = field(
+    task: Literal["digits", "digits_or_letters", "arithmetic", "gsm8k"] = field(
         default=DEFAULT_TASK,
         metadata={
-            "help": "Built-in task (grpo_hub.tasks): 'digits' and 'digits_or_letters' are generated offline; "
+            "help": "Built-in task (grpo_hub.tasks): 'digits', 'digits_or_letters' and 'arithmetic' are generated offline; "
             "'gsm8k' needs --dataset_name and the math extra."
         },
     )
