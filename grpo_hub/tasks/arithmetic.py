@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grpo_hub.tasks.text import completion_text
+from grpo_hub.tasks.tiny_model import CHAT_TEMPLATE
 
 LEVELS = (1, 2, 3, 4)
 OPS = "+-*"
@@ -107,6 +108,14 @@ def chat_prompt(question: str) -> list[dict]:
     return [{"role": "user", "content": question}]
 
 
+def chat_text(question: str) -> str:
+    """The prompt as the model reads it: `chat_prompt(question)` rendered with the models' chat template."""
+    import jinja2
+
+    template = jinja2.Environment(autoescape=False).from_string(CHAT_TEMPLATE)
+    return template.render(messages=chat_prompt(question), add_generation_prompt=True)
+
+
 def load_arithmetic(split: str = "train", n: int = 512, seed: int = 0, n_ops: int = 1):
     """`datasets.Dataset` with columns prompt (chat messages), answer (integer as text), level.
 
@@ -156,3 +165,80 @@ def arithmetic_correctness_reward(prompts, completions, answer, **kwargs) -> lis
 def arithmetic_format_reward(prompts, completions, **kwargs) -> list[float]:
     """`FORMAT_REWARD` when the completion is one bare integer (surrounding whitespace allowed), else 0.0."""
     return [FORMAT_REWARD * bool(_BARE_INTEGER.fullmatch(completion_text(c))) for c in completions]
+
+
+def _generate_answers(model, tokenizer, problems, max_new_tokens, k, temperature, batch_size) -> list[str]:
+    """Completions of every problem: greedy when k == 0, else k samples each (problem-major order)."""
+    import torch
+
+    texts = [
+        tokenizer.apply_chat_template(chat_prompt(p.question), tokenize=False, add_generation_prompt=True)
+        for p in problems
+    ]
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    options = {"do_sample": False} if k == 0 else {"do_sample": True, "temperature": temperature}
+    outputs = []
+    try:
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True)
+            batch = batch.to(model.device)
+            with torch.inference_mode():
+                ids = model.generate(
+                    **batch,
+                    max_new_tokens=max_new_tokens,
+                    num_return_sequences=max(k, 1),
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                    **options,
+                )
+            outputs += tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    finally:
+        tokenizer.padding_side = side
+    return outputs
+
+
+def evaluate(
+    model,
+    tokenizer,
+    split: str = "heldout",
+    *,
+    n: int = HELDOUT_PER_LEVEL,
+    seed: int = 0,
+    pass_k: int = 0,
+    temperature: float = 1.0,
+    sample_seed: int = 0,
+    max_new_tokens: int = 8,
+    batch_size: int = 64,
+) -> dict:
+    """Accuracy per level on `split` (`n` problems per level for "heldout", `n` in all for "train").
+
+    Returns {"greedy": {level: acc, ..., "all": mean over problems}} and, with `pass_k` > 0,
+    "pass@k" (share of problems with at least one right answer among `pass_k` samples at `temperature`,
+    seeded with `sample_seed`) and "sampled" (share of right samples). The model is put in eval mode.
+    """
+    import torch
+
+    problems = split_problems(split, n, seed)
+    model.eval()
+    greedy = _generate_answers(model, tokenizer, problems, max_new_tokens, 0, temperature, batch_size)
+    right = {"greedy": [parse_answer(text) == p.answer for text, p in zip(greedy, problems, strict=True)]}
+    if pass_k > 0:
+        torch.manual_seed(sample_seed)
+        samples = _generate_answers(
+            model, tokenizer, problems, max_new_tokens, pass_k, temperature, batch_size
+        )
+        hits = [parse_answer(text) == problems[i // pass_k].answer for i, text in enumerate(samples)]
+        per_problem = [hits[i * pass_k : (i + 1) * pass_k] for i in range(len(problems))]
+        right[f"pass@{pass_k}"] = [any(h) for h in per_problem]
+        right["sampled"] = [sum(h) / pass_k for h in per_problem]
+    return {name: accuracy_by_level(values, problems) for name, values in right.items()}
+
+
+def accuracy_by_level(scores: Sequence[float], problems: Sequence[Problem]) -> dict:
+    """Mean score per level present in `problems`, plus "all" (mean over every problem), rounded to 4 places."""
+    report = {}
+    for level in sorted({p.level for p in problems}):
+        values = [float(s) for s, p in zip(scores, problems, strict=True) if p.level == level]
+        report[str(level)] = round(sum(values) / len(values), 4)
+    report["all"] = round(sum(map(float, scores)) / len(scores), 4)
+    return report
