@@ -9,7 +9,8 @@ report = evaluate(model, tokenizer, "heldout")    # held-out accuracy per level,
 A problem is `a<op>b=` with operands of `level` digits (1-4) and op in + - *; a product takes a one-digit
 second factor so that every level stays learnable; `n_ops=2` chains a second op (`a+b*c=` is computed left
 to right: no precedence). The prompt is one user message holding the problem; the answer is the plain
-integer. Rewards: `arithmetic_correctness_reward` (1 if the completion's last integer equals the answer)
+integer. The task's model (`arithmetic_model`) carries `CHAT_TEMPLATE`: "<|im_start|>u12+7=<|im_end|><|im_start|>a".
+Rewards: `arithmetic_correctness_reward` (1 if the completion's last integer equals the answer)
 and `arithmetic_format_reward` (0.1 if the completion is one bare integer). math_verify is not used: the
 answers are exact integers, which a regex and string comparison check exactly (any length, no float
 tolerance, no parsing cost).
@@ -26,8 +27,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grpo_hub.tasks.text import completion_text
-from grpo_hub.tasks.tiny_model import CHAT_TEMPLATE
 
+CHAT_TEMPLATE = (  # compact: the role's initial only, so a prompt is ~10 tokens and SFT/GRPO steps stay cheap
+    "{% for message in messages %}<|im_start|>{{ message['role'][0] }}{{ message['content'] }}<|im_end|>"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>a{% endif %}"
+)
 LEVELS = (1, 2, 3, 4)
 OPS = "+-*"
 SPLITS = ("train", "heldout")
@@ -109,7 +113,7 @@ def chat_prompt(question: str) -> list[dict]:
 
 
 def chat_text(question: str) -> str:
-    """The prompt as the model reads it: `chat_prompt(question)` rendered with the models' chat template."""
+    """The prompt as the model reads it: `chat_prompt(question)` rendered with `CHAT_TEMPLATE`."""
     import jinja2
 
     template = jinja2.Environment(autoescape=False).from_string(CHAT_TEMPLATE)

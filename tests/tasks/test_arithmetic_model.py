@@ -51,7 +51,7 @@ def test_tokenizer_keeps_every_digit_a_token_and_round_trips(short_model):
         assert tokenizer.decode(ids) == text
     assert len(tokenizer("9876543210")["input_ids"]) == 10
     chat = tokenizer.apply_chat_template(chat_prompt("12+3="), tokenize=False, add_generation_prompt=True)
-    assert chat == chat_text("12+3=") and chat.endswith("<|im_start|>assistant\n")
+    assert chat == chat_text("12+3=") == "<|im_start|>u12+3=<|im_end|><|im_start|>a"
 
 
 def test_evaluate_reports_every_level(short_model):
