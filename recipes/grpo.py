@@ -12,7 +12,9 @@ CUDA the defaults are `use_cpu=True, bf16=False`.
 
 Every `GRPOHubConfig`, `ModelConfig` and `RecipeArguments` field is a flag or a YAML key (`--config`).
 At the end the main process prints a summary (steps, world size, mean reward of the first vs last logged
-steps, time, where the model was saved) and writes it to `<output_dir>/run_summary.json`.
+steps, time, where the model was saved) and writes it to `<output_dir>/run_summary.json`. With
+`--task arithmetic` (`recipes/configs/arithmetic.yaml`) the model is the offline arithmetic model and the
+summary adds held-out accuracy per level before -> after and the mean all-correct / all-wrong group shares.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ import torch
 from accelerate.utils import is_peft_model
 from transformers import TrainerCallback
 from trl import ModelConfig, TrlParser, get_peft_config
+from trl.models import unwrap_model_for_generation
 
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.hub import HubPushCallback
 from grpo_hub.tasks import (
     DEFAULT_TASK,
     RECOMMENDED_TINY_CONFIG,
+    arithmetic,
+    build_arithmetic_model,
     build_tiny_model,
     get_reward_funcs,
     load_task_dataset,
@@ -48,10 +53,10 @@ SUMMARY_WINDOW = 5  # steps averaged at each end of the reward history
 class RecipeArguments:
     """Which task and data the recipe trains on."""
 
-    task: Literal["digits", "digits_or_letters", "gsm8k"] = field(
+    task: Literal["digits", "digits_or_letters", "arithmetic", "gsm8k"] = field(
         default=DEFAULT_TASK,
         metadata={
-            "help": "Built-in task (grpo_hub.tasks): 'digits' and 'digits_or_letters' are generated offline; "
+            "help": "Built-in task (grpo_hub.tasks): 'digits', 'digits_or_letters' and 'arithmetic' are generated offline; "
             "'gsm8k' needs --dataset_name and the math extra."
         },
     )
@@ -66,6 +71,13 @@ class RecipeArguments:
     )
     dataset_train_split: str = field(
         default="train", metadata={"help": "For task 'gsm8k': split to train on."}
+    )
+    eval_pass_k: int = field(
+        default=0,
+        metadata={
+            "help": "For task 'arithmetic': also report held-out pass@k (k samples per problem) before and "
+            "after training; 0 reports greedy accuracy only."
+        },
     )
 
     def __post_init__(self):
@@ -101,15 +113,22 @@ def make_parser() -> TrlParser:
     return parser
 
 
+ZERO_SIGNAL_KINDS = ("zero_signal/frac_groups_all_max", "zero_signal/frac_groups_all_min")
+
+
 class RewardHistory(TrainerCallback):
-    """Record the mean reward TRL logs at every logging step (already averaged over all ranks)."""
+    """Record the mean reward (and the zero-signal group shares) logged at every logging step (all ranks)."""
 
     def __init__(self):
         self.rewards: list[float] = []
+        self.zero_signal: dict[str, list[float]] = {key: [] for key in ZERO_SIGNAL_KINDS}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "reward" in logs:
             self.rewards.append(float(logs["reward"]))
+            for key, values in self.zero_signal.items():
+                if key in logs:
+                    values.append(float(logs[key]))
 
 
 def reward_trend(rewards: list[float], window: int = SUMMARY_WINDOW) -> tuple[float, float]:
@@ -134,6 +153,11 @@ def summarize(
         "reward_first": round(first, 4),
         "reward_last": round(last, 4),
         "rewards": [round(r, 4) for r in history.rewards],
+        **{
+            f"mean_{key.split('/')[-1]}": round(sum(values) / len(values), 4)
+            for key, values in history.zero_signal.items()
+            if values
+        },
         "train_seconds": round(train_output.metrics["train_runtime"], 1),
         "wall_seconds": round(wall_seconds, 1),
         "saved_to": str(Path(trainer.args.output_dir).resolve()),
@@ -155,9 +179,26 @@ def hub_push_callback(training_args: GRPOHubConfig, model_name: str) -> HubPushC
     )
 
 
+def heldout_accuracy(trainer, recipe_args: RecipeArguments) -> dict:
+    """Held-out accuracy per level of the model being trained (every rank generates: ZeRO-3 needs all)."""
+    with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+        return arithmetic.evaluate(model, trainer.processing_class, "heldout", pass_k=recipe_args.eval_pass_k)
+
+
+def accuracy_line(before: dict, after: dict) -> str:
+    """One clause per metric of `arithmetic.evaluate`, e.g. "greedy: 1 0.64->0.86, ..., all 0.18->0.26"."""
+    parts = []
+    for metric, levels in before.items():
+        pairs = ", ".join(f"{level} {levels[level]:.2f}->{after[metric][level]:.2f}" for level in levels)
+        parts.append(f"{metric}: {pairs}")
+    return "; ".join(parts)
+
+
 def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args: ModelConfig) -> dict:
     """Train, save the model/adapter to `output_dir`, print and write the summary; return it."""
-    model_name = model_args.model_name_or_path or build_tiny_model()
+    model_name = model_args.model_name_or_path or (
+        build_arithmetic_model() if recipe_args.task == "arithmetic" else build_tiny_model()
+    )
     if (
         model_args.model_name_or_path
         and training_args.learning_rate == RECOMMENDED_TINY_CONFIG["learning_rate"]
@@ -191,12 +232,16 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
         peft_config=get_peft_config(model_args),
         callbacks=callbacks,
     )
+    scored = recipe_args.task == "arithmetic"
+    before = heldout_accuracy(trainer, recipe_args) if scored else None
     start = time.perf_counter()
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     wall_seconds = time.perf_counter() - start
     trainer.save_model(training_args.output_dir)
 
     summary = summarize(trainer, history, train_output, wall_seconds, model_name, recipe_args.task)
+    if scored:
+        summary["heldout_before"], summary["heldout_after"] = before, heldout_accuracy(trainer, recipe_args)
     if trainer.accelerator.is_main_process:
         Path(training_args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     trainer.accelerator.print(
@@ -205,6 +250,11 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
         f"mean reward first {summary['reward_first']:.3f} -> last {summary['reward_last']:.3f}; "
         f"saved to {summary['saved_to']} (summary: {SUMMARY_FILE})"
     )
+    if scored:
+        trainer.accelerator.print(
+            "held-out accuracy before -> after (per level, operand digits): "
+            + accuracy_line(summary["heldout_before"], summary["heldout_after"])
+        )
     trainer.end()
     return summary
 

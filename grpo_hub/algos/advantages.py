@@ -105,6 +105,24 @@ def zero_signal_mask(rewards: torch.Tensor, group_size: int, eps: float = 0.0) -
     return zero.repeat_interleave(group_size)
 
 
+def zero_signal_kinds(
+    rewards: torch.Tensor, group_size: int, low: float, high: float, eps: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bool (G,) pair (all_max, all_min): which zero-signal groups sit at the top or the bottom of the range.
+
+    A group is zero-signal as in `zero_signal_mask` (spread <= eps). It is all_max when the mean of its
+    non-NaN rewards is above the midpoint (low + high) / 2 of the reward range [low, high] (every
+    completion solved the prompt), all_min otherwise (none did); a group without any non-NaN reward is
+    neither. DAPO (arXiv:2503.14476) reports these as the prompts with accuracy 1 and accuracy 0: the
+    first shows saturation, the second a prompt beyond the policy; both carry no GRPO gradient.
+    """
+    grouped = _grouped(rewards, group_size)
+    zero = zero_signal_mask(rewards, group_size, eps)[::group_size]
+    scored = (~torch.isnan(grouped)).any(dim=1)
+    top = torch.nanmean(grouped, dim=1) > (low + high) / 2
+    return zero & scored & top, zero & scored & ~top
+
+
 def whiten(
     values: torch.Tensor, mask: torch.Tensor | None = None, *, shift_mean: bool = True, eps: float = 1e-8
 ) -> torch.Tensor:

@@ -1,7 +1,9 @@
 """Score and diff the columns of a comparison: built-in task rewards on free text, word-level diffs.
 
 Rewards are the built-in task reward functions. Those that read a dataset column (the letter task's
-`letter`) get it from the task's own prompt rows; for any other prompt they are reported as missing.
+`kind`, the arithmetic task's `answer`) get it from the task's own prompt rows; for any other prompt they
+are reported as missing. Arithmetic prompts are held-out problems written out in the chat template, since
+the bank feeds the prompt text to the model as it is.
 """
 
 from __future__ import annotations
@@ -26,17 +28,38 @@ def reward_functions() -> dict:
 
 @functools.lru_cache(maxsize=4)
 def task_rows(task: str) -> dict[str, dict]:
-    """The task's prompt rows by prompt text: 512 rows at seed 0, to find the columns a reward reads."""
-    from grpo_hub.tasks import load_task_dataset
+    """The task's prompt rows by prompt text, to find the columns a reward reads: 512 rows at seed 0, or
+    for "arithmetic" its held-out problems (seed 0) in chat-template text."""
+    from grpo_hub.tasks import arithmetic, load_task_dataset
 
+    if task == "arithmetic":
+        return {
+            arithmetic.chat_text(p.question): {"answer": p.answer, "level": p.level}
+            for p in arithmetic.heldout_problems()
+        }
     return {row["prompt"]: row for row in load_task_dataset(task, n=512, seed=0)}
 
 
 def example_prompts(per_task: int = 3) -> list[str]:
-    """A few distinct prompts of each offline task, for the Space's examples."""
+    """A few distinct prompts of each offline task, for the Space's examples: arithmetic first (one per level)."""
     from grpo_hub.tasks import OFFLINE_TASKS
 
-    return [prompt for task in OFFLINE_TASKS for prompt in list(task_rows(task))[:per_task]]
+    first_of_level = {}
+    for prompt, row in task_rows("arithmetic").items():
+        first_of_level.setdefault(row["level"], prompt)
+    others = [task for task in OFFLINE_TASKS if task != "arithmetic"]
+    return [*first_of_level.values(), *(p for task in others for p in list(task_rows(task))[:per_task])]
+
+
+def correctness(prompt: str, completions: list[str]) -> list[bool] | None:
+    """Right / wrong of each completion for an arithmetic held-out prompt; None for any other prompt."""
+    from grpo_hub.tasks.arithmetic import arithmetic_correctness_reward
+
+    row = task_rows("arithmetic").get(prompt)
+    if row is None:
+        return None
+    rewards = arithmetic_correctness_reward(None, completions, answer=[row["answer"]] * len(completions))
+    return [reward == 1.0 for reward in rewards]
 
 
 def _needed_columns(fn) -> list[str]:
@@ -84,12 +107,14 @@ def diff_segments(base: str, other: str) -> list[tuple[str, str | None]]:
 
 @dataclass
 class Column:
-    """One model's completions, their rewards (per reward function) and their diffs against the base."""
+    """One model's completions, their rewards (per reward function), their diffs against the base and, for an
+    arithmetic held-out prompt, whether each is right (`correctness`)."""
 
     label: str
     completions: list[str]
     rewards: dict[str, list[float] | None]
     diffs: list[list[tuple[str, str | None]]] | None = None
+    correct: list[bool] | None = None
 
     def mean_reward(self, name: str) -> float | None:
         """Mean of reward `name` over the completions, None if the reward could not be computed."""
@@ -113,7 +138,14 @@ def compare(
     columns = []
     for index, label in enumerate(bank.labels):
         completions = bank.generate(index, prompt, sampling)
-        columns.append(Column(label, completions, score(reward_names, prompt, completions)))
+        columns.append(
+            Column(
+                label,
+                completions,
+                score(reward_names, prompt, completions),
+                correct=correctness(prompt, completions),
+            )
+        )
     for column in columns[1:]:
         column.diffs = [
             diff_segments(b, o) for b, o in zip(columns[0].completions, column.completions, strict=True)

@@ -2,7 +2,7 @@
 
 Served by `spaces_app/app.py` (on a Space), `python -m spaces_app` or `grpo-hub compare` (locally).
 Configuration (environment variables, all optional):
-  GRPO_HUB_BASE_MODEL   base model id or folder (default: the offline tiny model of grpo_hub.tasks)
+  GRPO_HUB_BASE_MODEL   base model id or folder (default: the offline arithmetic model of grpo_hub.tasks)
   GRPO_HUB_ADAPTERS     "owner/name@revision, ./local/folder, ..." (default: the adapters of the base
                         found in GRPO_HUB_OUTPUT_DIR, default "outputs", where the training recipes save)
   GRPO_HUB_MAX_PROMPT_CHARS, GRPO_HUB_MAX_NEW_TOKENS, GRPO_HUB_MAX_SAMPLES, GRPO_HUB_QUEUE_SIZE  caps
@@ -46,12 +46,12 @@ INTRO = (
 
 
 def default_config() -> tuple[str, str]:
-    """(base model, adapters text) from the environment, falling back to the offline tiny model."""
+    """(base model, adapters text) from the environment, falling back to the offline arithmetic model."""
     base = os.environ.get("GRPO_HUB_BASE_MODEL")
     if not base:
-        from grpo_hub.tasks import build_tiny_model
+        from grpo_hub.tasks import build_arithmetic_model
 
-        base = build_tiny_model()
+        base = build_arithmetic_model()
     adapters = os.environ.get("GRPO_HUB_ADAPTERS")
     if adapters is None:
         adapters = ", ".join(discover_adapters(os.environ.get("GRPO_HUB_OUTPUT_DIR", "outputs"), base))

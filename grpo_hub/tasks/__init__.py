@@ -3,10 +3,14 @@
 ```python
 from grpo_hub.tasks import DEFAULT_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
 ```
-`builtin` (the recipe's tasks), `tiny_model` (offline Qwen2 + BPE tokenizer), `tool_task` (multi-turn tool
-calls), `gym` (GRPO on classic-control environments, needs the `gym` extra).
+`builtin` (the recipe's tasks), `arithmetic` (the graded arithmetic task: splits, rewards, `evaluate`),
+`tiny_model` (offline random Qwen2 + BPE tokenizer), `arithmetic_model` (offline Qwen2 taught some arithmetic),
+`model_cache` (their cached, race-safe builds), `tool_task` (multi-turn tool calls), `gym` (GRPO on
+classic-control environments, needs the `gym` extra).
 """
 
+from grpo_hub.tasks import arithmetic
+from grpo_hub.tasks.arithmetic_model import build_arithmetic_model
 from grpo_hub.tasks.builtin import (
     DEFAULT_TASK,
     OFFLINE_TASKS,
@@ -28,6 +32,8 @@ __all__ = [
     "RECOMMENDED_TINY_CONFIG",
     "TASKS",
     "answer_format_reward",
+    "arithmetic",
+    "build_arithmetic_model",
     "build_tiny_model",
     "digit_fraction_reward",
     "get_reward_funcs",

@@ -12,6 +12,9 @@ Tasks
   characters that are digits. Graded in [0, 1]; a random model scores ~0.18.
 - `"digits_or_letters"`: "Write only digits:" or "Write only letters:" -> reward = fraction of characters
   of the asked kind. The model must read the prompt; full fine-tuning learns it, LoRA much more slowly.
+- `"arithmetic"`: "37+5=" as a chat message -> `arithmetic_correctness_reward` (exact integer) +
+  `arithmetic_format_reward` (0.1 for a bare integer); train rows carry `answer` and `level`, a fixed
+  held-out split never overlaps them (`grpo_hub.tasks.arithmetic`). Its model is `build_arithmetic_model`.
 - `"gsm8k"`: a GSM8K-style dataset the user names (`dataset_name=` a Hub id or local path, columns
   question/answer; needs the `math` extra) -> `math_correctness_reward` (math_verify) +
   `answer_format_reward`.
@@ -31,10 +34,12 @@ import re
 import string
 from collections.abc import Callable
 
+from grpo_hub.tasks.arithmetic import arithmetic_correctness_reward, arithmetic_format_reward, load_arithmetic
+from grpo_hub.tasks.text import completion_text
 from grpo_hub.tasks.tiny_model import build_tiny_model
 
 DEFAULT_TASK = "digits"
-OFFLINE_TASKS = ("digits", "digits_or_letters")
+OFFLINE_TASKS = ("digits", "digits_or_letters", "arithmetic")
 TASKS = (*OFFLINE_TASKS, "gsm8k")
 RECOMMENDED_TINY_CONFIG = {
     "learning_rate": 3e-2,
@@ -74,13 +79,6 @@ def _visible_chars(text: str) -> str:
     return "".join(text.split())
 
 
-def _completion_text(completion) -> str:
-    """Plain text of a TRL completion: a string, or a conversational list of messages."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(message.get("content") or "" for message in completion)
-
-
 def kind_prompts(n: int, seed: int) -> list[dict]:
     """`n` rows {"prompt": "Write only letters:", "kind": "letters"}, kind drawn from `seed` (digits/letters)."""
     rng = random.Random(seed)
@@ -102,7 +100,7 @@ def digit_fraction_reward(prompts, completions, **kwargs) -> list[float]:
     """Reward = (#digit chars) / (#non-whitespace chars) of each completion; 0 if empty."""
     rewards = []
     for completion in completions:
-        chars = _visible_chars(_completion_text(completion))
+        chars = _visible_chars(completion_text(completion))
         rewards.append(sum(c.isdigit() for c in chars) / len(chars) if chars else 0.0)
     return rewards
 
@@ -116,7 +114,7 @@ def kind_fraction_reward(prompts, completions, kind, **kwargs) -> list[float]:
                 f"kind_fraction_reward: column `kind` must be 'digits' or 'letters', got {wanted!r}"
             )
         matches = str.isdigit if wanted == "digits" else str.isalpha
-        chars = _visible_chars(_completion_text(completion))
+        chars = _visible_chars(completion_text(completion))
         rewards.append(sum(matches(c) for c in chars) / len(chars) if chars else 0.0)
     return rewards
 
@@ -126,7 +124,7 @@ _BOXED = re.compile(r"\\boxed\{[^{}]+\}")
 
 def answer_format_reward(prompts, completions, **kwargs) -> list[float]:
     """Reward 1.0 when the completion holds exactly one `\\boxed{...}` answer, else 0.0."""
-    return [float(len(_BOXED.findall(_completion_text(c))) == 1) for c in completions]
+    return [float(len(_BOXED.findall(completion_text(c))) == 1) for c in completions]
 
 
 def gsm8k_gold(answer: str) -> str:
@@ -149,7 +147,7 @@ def math_correctness_reward(prompts, completions, solution, **kwargs) -> list[fl
         gold = parse(f"${gold_text}$")
         if not gold:
             raise ValueError(f"math_correctness_reward: cannot parse gold solution {gold_text!r}")
-        answer = parse(_completion_text(completion))
+        answer = parse(completion_text(completion))
         rewards.append(float(bool(answer) and verify(gold, answer)))
     return rewards
 
@@ -191,7 +189,8 @@ def load_task_dataset(
 ):
     """Return a `datasets.Dataset` of `n` rows for `task`, deterministic in `seed`.
 
-    Offline tasks have a plain-text "prompt" column plus whatever their rewards read ("kind").
+    "digits" and "digits_or_letters" have a plain-text "prompt" column plus whatever their rewards read
+    ("kind"); "arithmetic" has conversational prompts + "answer" and "level" (its "train" split).
     "gsm8k" loads `dataset_name` (Hub id or local path) and gives conversational prompts + "solution".
     """
     from datasets import Dataset
@@ -203,6 +202,8 @@ def load_task_dataset(
         return _load_gsm8k(n, seed, dataset_name, dataset_config, split)
     if dataset_name:
         raise ValueError(f"task {task!r} is generated offline; drop `dataset_name` or use task 'gsm8k'")
+    if task == "arithmetic":
+        return load_arithmetic("train", n, seed)
     rows = digit_prompts(n, seed) if task == "digits" else kind_prompts(n, seed)
     return Dataset.from_list(rows)
 
@@ -213,5 +214,6 @@ def get_reward_funcs(task: str = DEFAULT_TASK) -> list[Callable]:
     return {
         "digits": [digit_fraction_reward],
         "digits_or_letters": [kind_fraction_reward],
+        "arithmetic": [arithmetic_correctness_reward, arithmetic_format_reward],
         "gsm8k": [math_correctness_reward, answer_format_reward],
     }[task]

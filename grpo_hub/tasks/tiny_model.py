@@ -4,7 +4,7 @@ Nothing is downloaded. `build_tiny_model()` trains a 512-entry byte-level BPE on
 code, initialises a `Qwen2ForCausalLM` from a seed and saves both to a local folder that
 `AutoTokenizer.from_pretrained` and `AutoModelForCausalLM.from_pretrained` load. The folder is cached
 (`$GRPO_HUB_CACHE` or `~/.cache/grpo_hub`), identical for the same seed, and safe to build from two
-processes at once (each builds in a private temporary folder and renames it into place).
+processes at once (`grpo_hub.tasks.model_cache`).
 
 Shape: hidden 64, 2 heads of dim 32 (vLLM needs head dim >= 32), 1 KV head, 2 layers, ~0.1 M parameters.
 Weights are drawn with std 0.3 (not Qwen's 0.02): with tied embeddings that small, logits are nearly flat
@@ -14,14 +14,12 @@ built-in task in ~30 GRPO steps (measured in `grpo_hub.tasks`).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import random
-import shutil
 import string
-import tempfile
 from pathlib import Path
+
+from grpo_hub.tasks.model_cache import cached_build, check_seed, default_cache_dir, fingerprint
 
 BUILD_VERSION = "2"  # bump when the build changes in a way the fingerprint does not see
 VOCAB_SIZE = 512
@@ -55,12 +53,7 @@ def build_fingerprint(seed: int) -> str:
         "corpus": tokenizer_corpus(seed),
         "seed": seed,
     }
-    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:10]
-
-
-def default_cache_dir() -> Path:
-    """Return the grpo_hub cache root: `$GRPO_HUB_CACHE` if set, else `~/.cache/grpo_hub`."""
-    return Path(os.environ.get("GRPO_HUB_CACHE") or Path.home() / ".cache" / "grpo_hub")
+    return fingerprint(recipe)
 
 
 def tokenizer_corpus(seed: int = 0, n_lines: int = 400) -> list[str]:
@@ -150,34 +143,13 @@ def _write_model(folder: Path, seed: int) -> None:
 def build_tiny_model(output_dir: str | os.PathLike | None = None, seed: int = 0) -> str:
     """Return a local folder holding the tiny model + tokenizer, building it on first use.
 
-    Default folder: `<cache>/tiny-qwen2-seed<seed>-<build_fingerprint>`. A folder that already holds a
-    `config.json` and `model.safetensors` is returned unchanged. Concurrent callers each build into a
-    temporary sibling folder; the first rename wins and the others discard their copy.
+    Default folder: `<cache>/tiny-qwen2-seed<seed>-<build_fingerprint>`; cached and race-safe as described
+    in `grpo_hub.tasks.model_cache.cached_build`.
     """
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"build_tiny_model: `seed` must be a non-negative int, got {seed!r}")
+    check_seed(seed, "build_tiny_model")
     target = (
         Path(output_dir)
         if output_dir
         else default_cache_dir() / f"tiny-qwen2-seed{seed}-{build_fingerprint(seed)}"
     )
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
-        return str(target)
-    if target.exists() and any(target.iterdir()):
-        raise FileExistsError(
-            f"build_tiny_model: {target} exists but holds no complete model; pass an empty or new `output_dir`"
-        )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        _write_model(staging, seed)
-        staging.chmod(0o755)
-        if target.exists():
-            target.rmdir()  # empty folder left by the caller
-        os.rename(staging, target)
-    except OSError:
-        if not (target / "model.safetensors").is_file():
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return str(target)
+    return cached_build(target, lambda folder: _write_model(folder, seed), "build_tiny_model")

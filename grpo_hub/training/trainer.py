@@ -2,7 +2,8 @@
 
 - `_calculate_rewards`: reward clip / normalisation per reward function (rewards are already gathered).
 - `_generate_and_score_completions`: call TRL, then edit its output dict: recompute advantages (adv_norm,
-  whitening, clipping, KL in the reward), geometric-mean vLLM IS weights, zero-signal row dropping.
+  whitening, clipping, KL in the reward), geometric-mean vLLM IS weights, zero-signal row dropping, and the
+  share of zero-signal groups at the top / bottom of the reward range (`zero_signal/frac_groups_all_*`).
 - `_compute_loss`: TRL's loss unless loss_agg_mode or turn-level ratios need the own path.
 Every formula lives in `grpo_hub.algos` (advantages, losses, importance, filtering); the helpers of this wing get
 narrow inputs (callables, a metrics dict) from here. Nothing here copies TRL code.
@@ -55,6 +56,7 @@ class GRPOHubTrainer(GRPOTrainer):
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
         self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
+        self._reward_range = (float("inf"), float("-inf"))  # lowest / highest reward seen (zero-signal kinds)
         self._dynamic_sampler = self._make_dynamic_sampler() if args.dynamic_sampling else None
         self._turn_credit = None
         if args.turn_advantages:
@@ -196,8 +198,21 @@ class GRPOHubTrainer(GRPOTrainer):
                 high=self.vllm_importance_sampling_clip_max,
             )
         self._log_advantages(output["advantages"], mode)
+        self._log_zero_signal_kinds(rewards, group_size, mode)
         zero = adv_fns.zero_signal_mask(rewards, group_size, self.args.zero_signal_eps)
         return output, zero.to(output["advantages"].device)
+
+    def _log_zero_signal_kinds(self, rewards: torch.Tensor, group_size: int, mode: str) -> None:
+        """Share of groups (all ranks) that are zero-signal at the top / bottom of the rewards seen so far."""
+        scored = rewards[~torch.isnan(rewards)]
+        if scored.numel():
+            low, high = self._reward_range
+            self._reward_range = (min(low, scored.min().item()), max(high, scored.max().item()))
+        all_max, all_min = adv_fns.zero_signal_kinds(
+            rewards, group_size, *self._reward_range, eps=self.args.zero_signal_eps
+        )
+        self._metrics[mode]["zero_signal/frac_groups_all_max"].append(all_max.float().mean().item())
+        self._metrics[mode]["zero_signal/frac_groups_all_min"].append(all_min.float().mean().item())
 
     def _weighted_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """TRL's scalar reward: weighted nansum of the reward functions, NaN where none scored the row."""

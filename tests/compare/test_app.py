@@ -100,7 +100,10 @@ def test_handler_rejects_a_foreign_adapter(app, tiny_model_dir, foreign_adapter)
 def test_default_config_finds_the_recipe_outputs(app, tiny_model_dir, random_adapter, tmp_path, monkeypatch):
     import shutil
 
+    import grpo_hub.tasks
+
     shutil.copytree(random_adapter, tmp_path / "run")
+    monkeypatch.setattr(grpo_hub.tasks, "build_arithmetic_model", lambda: tiny_model_dir)  # the default base
     monkeypatch.delenv("GRPO_HUB_BASE_MODEL", raising=False)
     monkeypatch.delenv("GRPO_HUB_ADAPTERS", raising=False)
     monkeypatch.setenv("GRPO_HUB_OUTPUT_DIR", str(tmp_path))

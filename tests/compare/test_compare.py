@@ -105,6 +105,19 @@ def test_task_rows_cover_every_prompt_of_rewards_reading_a_column():
     assert set(load_task_dataset(task, n=200, seed=123)["prompt"]) <= set(C.task_rows(task))
 
 
+def test_arithmetic_prompts_are_examples_and_marked_right_or_wrong():
+    from grpo_hub.tasks import arithmetic
+
+    problem = arithmetic.heldout_problems()[0]
+    prompt = arithmetic.chat_text(problem.question)
+    assert prompt in C.example_prompts()
+    answers = [problem.answer, f"it is {problem.answer}", str(int(problem.answer) + 1), ""]
+    assert scoring.correctness(prompt, answers) == [True, True, False, False]
+    assert scoring.correctness("Write only digits: 4", ["4"]) is None
+    scores = C.score(["arithmetic_correctness_reward"], prompt, answers)
+    assert scores["arithmetic_correctness_reward"] == [1.0, 1.0, 0.0, 0.0]
+
+
 def test_diff_marks_changed_words():
     segments = C.diff_segments("the cat sat", "the dog sat")
     assert ("cat", "-") in segments and ("dog", "+") in segments

@@ -13,7 +13,8 @@ from tests.training.distributed.launch import launch_env, run_isolated
 RECIPE = REPO_ROOT / "recipes" / "grpo.py"
 CONFIGS = REPO_ROOT / "recipes" / "configs"
 CPU_CONFIGS = ("grpo", "gspo", "cispo", "filtered", "ref-refresh")
-ALL_CONFIGS = (*CPU_CONFIGS, "vllm-colocate", "qwen2.5-0.5b-math")
+ARITHMETIC_CONFIGS = ("arithmetic", "arithmetic-full")  # run by tests/recipes/test_arithmetic_recipe.py
+ALL_CONFIGS = (*CPU_CONFIGS, *ARITHMETIC_CONFIGS, "vllm-colocate", "qwen2.5-0.5b-math")
 
 
 def load_recipe():
@@ -89,7 +90,9 @@ def test_vllm_colocate_config_runs_in_the_vllm_env(tmp_path):
 @pytest.mark.parametrize("name", ALL_CONFIGS)
 def test_every_config_parses(recipe, name):
     recipe_args, training_args, model_args = parse(recipe, "--config", str(CONFIGS / f"{name}.yaml"))
-    assert model_args.use_peft and training_args.output_dir.startswith("outputs/")
+    assert model_args.use_peft == (name != "arithmetic-full") and training_args.output_dir.startswith(
+        "outputs/"
+    )
     expected = {
         "gspo": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4},
         "cispo": {"loss_type": "cispo", "epsilon_high": 5.0},
@@ -97,11 +100,15 @@ def test_every_config_parses(recipe, name):
         "ref-refresh": {"ref_adapter_sync_on": "steps", "ref_adapter_sync_steps": 10, "beta": 0.04},
         "vllm-colocate": {"use_vllm": True, "vllm_mode": "colocate"},
         "qwen2.5-0.5b-math": {"use_vllm": True, "max_completion_length": 512},
+        "arithmetic": {"num_generations": 8, "max_completion_length": 8},
+        "arithmetic-full": {"num_generations": 8, "max_completion_length": 8},
     }.get(name, {"loss_type": "dapo", "learning_rate": 3e-2})
     assert {k: getattr(training_args, k) for k in expected} == expected
     if name == "qwen2.5-0.5b-math":
         assert recipe_args.task == "gsm8k" and recipe_args.dataset_name == "openai/gsm8k"
         assert model_args.model_name_or_path == "Qwen/Qwen2.5-0.5B-Instruct"
+    elif name in ARITHMETIC_CONFIGS:
+        assert recipe_args.task == "arithmetic" and model_args.model_name_or_path is None
     else:
         assert recipe_args.task == "digits" and model_args.model_name_or_path is None
 

@@ -1,0 +1,198 @@
+"""Offline *pretrained* model for the arithmetic task: a tiny Qwen2 taught some arithmetic, partly.
+
+`build_arithmetic_model()` makes a character-level tokenizer (a byte-level BPE with no merges, so every
+digit is its own token), initialises a small `Qwen2ForCausalLM` and trains it with plain supervised
+next-token loss on synthetic problems (`grpo_hub.tasks.arithmetic`, never a held-out one) for a fixed
+budget, single-threaded and with deterministic algorithms, then saves model + tokenizer (with the chat
+template) to a cached folder keyed by a fingerprint of this recipe (`grpo_hub.tasks.model_cache`).
+
+The SFT mix under-represents the long operands and the budget is short, so the model is stopped partly
+right: one-digit problems mostly solved, four-digit ones mostly not, the middle levels in between, where
+sampling finds the right answer much more often than greedy decoding does. That is the room GRPO uses.
+Measured numbers are in docs/tasks.md.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from grpo_hub.tasks.arithmetic import CHAT_TEMPLATE, LEVELS, chat_prompt, heldout_problems, make_problem
+from grpo_hub.tasks.model_cache import cached_build, check_seed, default_cache_dir, fingerprint
+from grpo_hub.tasks.tiny_model import EOS_TOKEN, PAD_TOKEN, SPECIAL_TOKENS
+
+BUILD_VERSION = "1"  # bump when the build changes in a way the recipe below does not show
+MODEL_SHAPE = {
+    "hidden_size": 64,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "max_position_embeddings": 64,
+}
+SFT_RECIPE = {
+    "steps": 1800,
+    "batch_size": 64,
+    "learning_rate": 3e-3,
+    "warmup_steps": 50,
+    "level_weights": [5, 3, 1, 1],  # share of LEVELS in the SFT data: long operands are rare
+    "grad_clip": 1.0,
+}
+
+
+def build_recipe(seed: int, sft: dict) -> dict:
+    """Everything that shapes the weights (the fingerprint's input)."""
+    return {
+        "version": BUILD_VERSION,
+        "specials": SPECIAL_TOKENS,
+        "chat_template": CHAT_TEMPLATE,
+        "shape": MODEL_SHAPE,
+        "sft": sft,
+        "heldout": [p.question for p in heldout_problems(seed)],
+        "seed": seed,
+    }
+
+
+def char_tokenizer():
+    """Byte-level BPE without merges (259 tokens: 256 bytes + specials) with the chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(alphabet) + len(SPECIAL_TOKENS),
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=alphabet,
+        show_progress=False,
+    )
+    backend.train_from_iterator([], trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=MODEL_SHAPE["max_position_embeddings"],
+    )
+
+
+def init_model(tokenizer, seed: int):
+    """A `Qwen2ForCausalLM` of `MODEL_SHAPE` with tied embeddings, initialised from `seed`."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        **MODEL_SHAPE,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+class ProblemEncoder:
+    """Token ids of (chat prompt, answer + EOS) without running the chat template for every problem."""
+
+    def __init__(self, tokenizer):
+        marker = "@"
+        text = tokenizer.apply_chat_template(chat_prompt(marker), tokenize=False, add_generation_prompt=True)
+        ids = tokenizer(text)["input_ids"]
+        cut = ids.index(tokenizer.convert_tokens_to_ids(marker))
+        self.head, self.tail = ids[:cut], ids[cut + 1 :]
+        self.tokenizer = tokenizer
+
+    def __call__(self, question: str, answer: str) -> tuple[list[int], list[int]]:
+        chars = self.tokenizer.convert_tokens_to_ids
+        return self.head + chars(list(question)) + self.tail, chars(list(answer)) + [
+            self.tokenizer.eos_token_id
+        ]
+
+
+def sft_batches(encoder: ProblemEncoder, seed: int, sft: dict):
+    """Endless (input_ids, attention_mask, labels) batches, left-padded, loss on the answer tokens only."""
+    import torch
+
+    rng = random.Random(f"arithmetic-sft-{seed}")
+    skip = {p.question for p in heldout_problems(seed)}
+    pad = encoder.tokenizer.pad_token_id
+    while True:
+        rows = []
+        while len(rows) < sft["batch_size"]:
+            problem = make_problem(rng, rng.choices(LEVELS, weights=sft["level_weights"])[0])
+            if problem.question not in skip:
+                rows.append(encoder(problem.question, problem.answer))
+        width = max(len(p) + len(c) for p, c in rows)
+        ids = torch.full((len(rows), width), pad)
+        mask = torch.zeros_like(ids)
+        labels = torch.full_like(ids, -100)
+        for i, (prompt, completion) in enumerate(rows):
+            length = len(prompt) + len(completion)
+            ids[i, width - length :] = torch.tensor(prompt + completion)
+            mask[i, width - length :] = 1
+            labels[i, width - len(completion) :] = torch.tensor(completion)
+        yield ids, mask, labels
+
+
+def supervised_train(model, tokenizer, seed: int, sft: dict) -> None:
+    """AdamW on next-token loss for `sft["steps"]` batches, linear warm-up, one thread, deterministic."""
+    import torch
+
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        torch.manual_seed(seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=sft["learning_rate"], weight_decay=0.0)
+        warmup = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: min(1.0, (step + 1) / sft["warmup_steps"])
+        )
+        model.train()
+        batches = sft_batches(ProblemEncoder(tokenizer), seed, sft)
+        for _ in range(sft["steps"]):
+            ids, mask, labels = next(batches)
+            model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), sft["grad_clip"])
+            optimizer.step()
+            warmup.step()
+            optimizer.zero_grad(set_to_none=True)
+        model.eval()
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def _write_model(folder: Path, seed: int, sft: dict) -> None:
+    """Tokenizer + supervised-trained model into `folder`."""
+    tokenizer = char_tokenizer()
+    model = init_model(tokenizer, seed)
+    supervised_train(model, tokenizer, seed, sft)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+
+
+def build_arithmetic_model(
+    output_dir: str | os.PathLike | None = None, seed: int = 0, sft: dict | None = None
+) -> str:
+    """Return a local folder holding the arithmetic model + tokenizer, training it on first use.
+
+    Default folder: `<cache>/arithmetic-qwen2-seed<seed>-<fingerprint>`. `sft` overrides `SFT_RECIPE`
+    entries (e.g. a few steps in tests); the fingerprint covers them.
+    """
+    check_seed(seed, "build_arithmetic_model")
+    sft = {**SFT_RECIPE, **(sft or {})}
+    unknown = set(sft) - set(SFT_RECIPE)
+    if unknown:
+        raise ValueError(f"build_arithmetic_model: unknown sft setting(s) {sorted(unknown)}")
+    name = f"arithmetic-qwen2-seed{seed}-{fingerprint(build_recipe(seed, sft))}"
+    target = Path(output_dir) if output_dir else default_cache_dir() / name
+    return cached_build(target, lambda folder: _write_model(folder, seed, sft), "build_arithmetic_model")
