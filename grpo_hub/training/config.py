@@ -5,11 +5,11 @@ each group has a `_validate_<feature>()` method called from `__post_init__`, and
 ValueError that names the field and the fix.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
 
-from grpo_hub.algos import advantages, importance, losses
+from grpo_hub.algos import advantages, importance, losses, selection
 from grpo_hub.training.compat import check_trl_version
 from grpo_hub.training.reference import validate_reference_settings
 from grpo_hub.training.validation import field_error
@@ -173,6 +173,60 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
+    # --- Selective rollout (GRESO; grpo_hub/algos/selection.py, grpo_hub/training/selective_rollout.py) ---
+    selective_rollout: bool = field(
+        default=False,
+        metadata={
+            "help": "GRESO pre-rollout filtering: before a generation batch is generated, skip each prompt whose last "
+            "z scorings were all zero-signal of one kind (all-max or all-min reward) with probability "
+            "1 - max(p_kind^z, selective_rollout_min_keep_prob), and replace it with the next prompts of the epoch, "
+            "so the batch keeps its size. p_kind adapts toward selective_rollout_target_zero_frac. See "
+            "docs/selective-rollout.md."
+        },
+    )
+    selective_rollout_id_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset column holding a stable prompt id for the history. None: a hash of the prompt."
+        },
+    )
+    selective_rollout_target_zero_frac: float = field(
+        default=0.25,
+        metadata={
+            "help": "GRESO's target fraction of zero-signal groups among generated groups (one third all-max, two "
+            "thirds all-min): above its target a kind's exploration probability drops by "
+            "selective_rollout_explore_step (more skipping), below it rises; clamped to [0.05, 0.95]."
+        },
+    )
+    selective_rollout_explore_init: float = field(
+        default=0.5,
+        metadata={"help": "Initial exploration probability p of both kinds, in [0.05, 0.95]."},
+    )
+    selective_rollout_explore_step: float = field(
+        default=0.01,
+        metadata={"help": "Change of an exploration probability per scored generation batch (GRESO: 0.01)."},
+    )
+    selective_rollout_min_keep_prob: float = field(
+        default=0.01,
+        metadata={
+            "help": "Floor of the probability of generating a predicted zero-signal prompt, so every prompt is "
+            "revisited (GRESO: 0.01). In (0, 1]."
+        },
+    )
+    selective_rollout_reward_min: float | None = field(
+        default=None,
+        metadata={
+            "help": "Lower reward bound for classifying flat groups: a flat group is all-max when its value is in "
+            "the upper half of [reward_min, reward_max], else all-min. None: the lowest reward seen so far."
+        },
+    )
+    selective_rollout_reward_max: float | None = field(
+        default=None,
+        metadata={
+            "help": "Upper reward bound (see selective_rollout_reward_min). None: the highest reward seen so far."
+        },
+    )
+
     # --- Multi-turn credit (grpo_hub/turns.py) ---
     turn_advantages: str | None = field(
         default=None,
@@ -247,6 +301,7 @@ class GRPOHubConfig(GRPOConfig):
         self._validate_clip()
         self._validate_loss_agg()
         self._validate_dynamic_sampling()
+        self._validate_selective_rollout()
         self._validate_turn_advantages()
         self._validate_rewards()
         self._validate_advantages()
@@ -341,6 +396,45 @@ class GRPOHubConfig(GRPOConfig):
                 "lower the target or raise dynamic_sampling_max_rounds.",
             )
         self.filter_zero_signal = True
+
+    def _validate_selective_rollout(self) -> None:
+        names = [f.name for f in fields(self) if f.name.startswith("selective_rollout_")]
+        if not self.selective_rollout:
+            for name in names:
+                if getattr(self, name) != type(self).__dataclass_fields__[name].default:
+                    field_error(
+                        name, "has no effect without selective_rollout.", "set selective_rollout=True."
+                    )
+            return
+        if self.num_generations is not None and self.num_generations < 2:
+            field_error(
+                "selective_rollout",
+                f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
+                "set num_generations >= 2 or selective_rollout=False.",
+            )
+        ranges = {
+            "selective_rollout_target_zero_frac": (0.0, 1.0),
+            "selective_rollout_explore_init": (selection.EXPLORE_LOW, selection.EXPLORE_HIGH),
+            "selective_rollout_explore_step": (0.0, 1.0),
+        }
+        for name, (low, high) in ranges.items():
+            if not low <= getattr(self, name) <= high:
+                field_error(
+                    name, f"must be in [{low}, {high}], got {getattr(self, name)}.", "use its default."
+                )
+        if not 0.0 < self.selective_rollout_min_keep_prob <= 1.0:
+            field_error(
+                "selective_rollout_min_keep_prob",
+                f"must be in (0, 1], got {self.selective_rollout_min_keep_prob}; 0 would never revisit a prompt.",
+                "use e.g. 0.01.",
+            )
+        low, high = self.selective_rollout_reward_min, self.selective_rollout_reward_max
+        if low is not None and high is not None and not low < high:
+            field_error(
+                "selective_rollout_reward_min",
+                f"must be < selective_rollout_reward_max, got {low} >= {high}.",
+                "give the reward function's lowest and highest value.",
+            )
 
     def _validate_turn_advantages(self) -> None:
         if self.turn_advantages is None:
