@@ -10,13 +10,14 @@ The rule and its source are in `grpo_hub.algos.selection`. This module is the tr
   rank takes the same decisions), and replaces skipped groups with the next groups of the epoch, read through
   the dynamic-sampling `GenerationBatchStream` (one period per generation batch, see
   `grpo_hub.training.dynamic_sampling`). It returns this rank's slice of exactly as many groups as it was
-  given, so TRL's per-rank row counts do not change. Groups left over in the last batch read are not used
-  this epoch (like DAPO's truncation). When the epoch runs out, the shortfall is filled with the groups it
-  skipped, in order: the step trains on the prompts there are, and its size never changes.
+  given, so TRL's per-rank row counts do not change. Groups of the last batch read that were not needed are
+  carried over and come first in the next selection, so every prompt is still considered once per pass over
+  the data. When the epoch runs out, the shortfall is filled with the groups it skipped, in order: the step
+  trains on the prompts there are, and its size never changes.
 - `SelectiveRollout.record(rewards)`: the gathered rewards of the groups just scored update the history and
   the exploration probabilities (once per scored generation batch, also per dynamic-sampling round).
 - `SelectiveRolloutCallback`: writes the state (history, exploration probabilities, generator state, observed
-  reward range, items the stream read this epoch) into every checkpoint and restores it on resume; the stream
+  reward range, carried-over groups, items the stream read this epoch) into every checkpoint and restores it on resume; the stream
   then skips the items it had read, so the resumed run sees the prompts the uninterrupted run would see.
 """
 
@@ -82,6 +83,7 @@ class SelectiveRollout:
         self.generator = torch.Generator().manual_seed(seed)
         self.seen = [float("inf"), float("-inf")]  # reward range observed so far
         self._scoring: list[int] | None = None  # ids of the groups being scored, all ranks, in row order
+        self._leftover: list[list] = []  # groups read but not needed by the last selection (all ranks' rows)
         self.decisions: list[tuple[int, bool]] = []  # (prompt id, skipped) in decision order, for inspection
 
     def _next_inputs(self):
@@ -95,7 +97,7 @@ class SelectiveRollout:
         rows = self.gather_objects(list(inputs))
         wanted = len(rows) // self.group_size
         kept, skipped, batches_read, exhausted = [], [], 0, False
-        candidates = _groups(rows, self.group_size)
+        candidates, self._leftover = self._leftover + _groups(rows, self.group_size), []
         while True:
             ids = [prompt_id(group[0], self.id_column) for group in candidates]
             kinds, streaks = self.history.lookup(ids)
@@ -103,6 +105,7 @@ class SelectiveRollout:
             draws = torch.rand(len(ids), generator=self.generator, dtype=torch.float64)
             for j, group in enumerate(candidates):
                 if len(kept) == wanted:
+                    self._leftover = candidates[j:]
                     break
                 skip = bool(draws[j] < probs[j])
                 self.decisions.append((ids[j], skip))
@@ -159,6 +162,7 @@ class SelectiveRollout:
             "generator": self.generator.get_state(),
             "seen": torch.tensor(self.seen, dtype=torch.float64),
             "stream": self.stream.state_dict(),
+            "leftover": self._leftover,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -167,6 +171,7 @@ class SelectiveRollout:
         self.generator.set_state(state["generator"])
         self.seen = state["seen"].tolist()
         self.stream.load_state_dict(state["stream"])
+        self._leftover = state["leftover"]
 
 
 class SelectiveRolloutCallback(TrainerCallback):
