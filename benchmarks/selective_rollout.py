@@ -151,7 +151,14 @@ def run(model_dir: str, task: Task, name: str, seed: int, epochs: int) -> dict:
     trainer.train()
     wall, cpu = meter.points[-1][1], meter.points[-1][2]
     accuracy = held_out_accuracy(trainer.model, tokenizer, task, seed)
-    return {"points": meter.points, "rows": meter.rows, "wall": wall, "cpu": cpu, "accuracy": accuracy}
+    return {
+        "points": meter.points,
+        "steps": len(meter.points),
+        "rows": meter.rows,
+        "wall": wall,
+        "cpu": cpu,
+        "accuracy": accuracy,
+    }
 
 
 def plot(results: dict, path: str) -> None:
@@ -203,19 +210,20 @@ def main() -> None:
         f"task {cli.task}, {cli.prompts} prompts x {cli.epochs} epochs, {cli.seeds} seed(s); medians over seeds; "
         "ratios to dynamic"
     )
+    keys = ("steps", "rows", "wall", "cpu", "accuracy")
     print(
-        "| config | generated rows | wall s | CPU s | held-out accuracy | rows / dynamic | wall / dynamic |"
+        "| config | optimizer steps | generated rows | wall s | CPU s | held-out accuracy | accuracy per seed "
+        "| rows / dynamic | wall / dynamic | CPU / dynamic |"
     )
-    print("|---|---|---|---|---|---|---|")
-    base = {key: statistics.median(r[key] for r in results["dynamic"]) for key in ("rows", "wall")}
+    print("|---" * 10 + "|")
+    base = {key: statistics.median(r[key] for r in results["dynamic"]) for key in keys}
     for name in names:
-        med = {
-            key: statistics.median(r[key] for r in results[name])
-            for key in ("rows", "wall", "cpu", "accuracy")
-        }
+        med = {key: statistics.median(r[key] for r in results[name]) for key in keys}
+        per_seed = " / ".join(f"{r['accuracy']:.3f}" for r in results[name])
         print(
-            f"| {name} | {med['rows']:.0f} | {med['wall']:.1f} | {med['cpu']:.1f} | {med['accuracy']:.3f} "
-            f"| {med['rows'] / base['rows']:.3f} | {med['wall'] / base['wall']:.3f} |"
+            f"| {name} | {med['steps']:.0f} | {med['rows']:.0f} | {med['wall']:.1f} | {med['cpu']:.1f} "
+            f"| {med['accuracy']:.3f} | {per_seed} | {med['rows'] / base['rows']:.3f} "
+            f"| {med['wall'] / base['wall']:.3f} | {med['cpu'] / base['cpu']:.3f} |"
         )
     if cli.plot:
         plot(results, cli.plot)
