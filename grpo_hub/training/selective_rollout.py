@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import deque
 
 import torch
 from transformers import TrainerCallback
@@ -44,6 +45,7 @@ from grpo_hub.algos.selection import (
 from grpo_hub.training.reference import resume_folder
 
 STATE_FILE = "selective_rollout.pt"
+DECISIONS_KEPT = 4096
 
 
 def prompt_id(row: dict, column: str | None) -> int:
@@ -84,7 +86,7 @@ class SelectiveRollout:
         self.seen = [float("inf"), float("-inf")]  # reward range observed so far
         self._scoring: list[int] | None = None  # ids of the groups being scored, all ranks, in row order
         self._leftover: list[list] = []  # groups read but not needed by the last selection (all ranks' rows)
-        self.decisions: list[tuple[int, bool]] = []  # (prompt id, skipped) in decision order, for inspection
+        self.decisions = deque(maxlen=DECISIONS_KEPT)  # recent (prompt id, skipped), for inspection
 
     def _next_inputs(self):
         """The next generation batch on this rank, or None on every rank if any rank has none."""

@@ -62,7 +62,7 @@ def main() -> None:
         "distributed_type": str(accelerator.distributed_type),
         "global_step": trainer.state.global_step,
         "log_history": trainer.state.log_history,
-        "decisions": trainer._selector.decisions,
+        "decisions": list(trainer._selector.decisions),
         "scored_rows": scored,
         "param_fingerprint": sum(p.detach().double().abs().sum().item() for p in trainer.model.parameters()),
     }
