@@ -82,8 +82,9 @@ def test_with_selective_rollout_on_and_nothing_learned_yet_the_batch_equals_trl(
 
 
 def test_resumed_run_takes_the_uninterrupted_runs_skip_decisions(tmp_path, tiny_model_dir):
-    """Prompt texts repeat every 20 rows (ids hash the text), so skipping starts inside the first epoch."""
-    common = {"selective_rollout": True, "max_steps": 8, "n_prompts": 200}
+    """Prompt texts repeat every 20 rows (ids hash the text), so skipping starts inside the first epoch; combined
+    with zero-signal filtering."""
+    common = {"selective_rollout": True, "filter_zero_signal": True, "max_steps": 8, "n_prompts": 200}
     full, _ = graded_trainer(tmp_path / "full", tiny_model_dir, **common)
     full.train()
     first, _ = graded_trainer(tmp_path / "cut", tiny_model_dir, save_strategy="steps", save_steps=4, **common)
