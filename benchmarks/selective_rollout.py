@@ -169,7 +169,7 @@ def plot(results: dict, path: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for name, runs in results.items():
-        points = runs[0]["points"]  # the first seed
+        points = [p for p in runs[0]["points"] if p[3] == p[3]]  # the first seed; steps with graded prompts
         rewards = [statistics.fmean(p[3] for p in points[max(0, i - 2) : i + 1]) for i in range(len(points))]
         axes[0].plot([p[0] for p in points], rewards, label=name)
         axes[1].plot([p[2] for p in points], rewards, label=name)
