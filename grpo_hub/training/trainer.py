@@ -2,7 +2,9 @@
 
 - `_calculate_rewards`: reward clip / normalisation per reward function (rewards are already gathered).
 - `_generate_and_score_completions`: call TRL, then edit its output dict: recompute advantages (adv_norm,
-  whitening, clipping, KL in the reward), geometric-mean vLLM IS weights, zero-signal row dropping.
+  whitening, clipping, KL in the reward), geometric-mean vLLM IS weights, zero-signal row dropping. Before
+  calling TRL, selective rollout (GRESO) may replace prompts predicted zero-signal; after the rewards, it
+  records their outcome.
 - `_compute_loss`: TRL's loss unless loss_agg_mode or turn-level ratios need the own path.
 Every formula lives in `grpo_hub.algos` (advantages, losses, importance, filtering); the helpers of this wing get
 narrow inputs (callables, a metrics dict) from here. Nothing here copies TRL code.
@@ -107,7 +109,8 @@ class GRPOHubTrainer(GRPOTrainer):
         return self.accelerator.gather(tensor.to(self.accelerator.device))
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
-        """TRL's train; a checkpoint folder given here also restores the frozen "ref" adapter saved in it."""
+        """TRL's train; a checkpoint folder given here also restores the frozen "ref" adapter and the selective-rollout
+        state saved in it."""
         if self._reference_callback is not None and isinstance(resume_from_checkpoint, str):
             self._reference_callback.resume_from = resume_from_checkpoint
         if self._selector is not None and isinstance(resume_from_checkpoint, str):
@@ -188,10 +191,8 @@ class GRPOHubTrainer(GRPOTrainer):
     def _score_round(self, inputs):
         """TRL's scored batch with grpo_hub's edits (no row dropped), and the (all ranks' rows,) zero-signal mask."""
         mode = "train" if self.model.training else "eval"
-        if mode == "train" and self._selector is not None:
-            inputs = self._selector.select(
-                inputs
-            )  # GRESO: predicted zero-signal prompts replaced before generation
+        if mode == "train" and self._selector is not None:  # GRESO: skip predicted zero-signal prompts
+            inputs = self._selector.select(inputs)
         output = super()._generate_and_score_completions(inputs)
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         rank_rows = slice(
