@@ -412,6 +412,13 @@ class GRPOHubConfig(GRPOConfig):
                 f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
                 "set num_generations >= 2 or selective_rollout=False.",
             )
+        if self.reward_norm is not None:
+            field_error(
+                "reward_norm",
+                "rescales rewards per batch or over time, but selective_rollout tells all-max from all-min groups by "
+                "their reward value.",
+                "unset reward_norm (reward_clip is fine), or set selective_rollout=False.",
+            )
         ranges = {
             "selective_rollout_target_zero_frac": (0.0, 1.0),
             "selective_rollout_explore_init": (selection.EXPLORE_LOW, selection.EXPLORE_HIGH),

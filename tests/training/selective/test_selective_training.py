@@ -117,6 +117,7 @@ def test_resumed_run_takes_the_uninterrupted_runs_skip_decisions(tmp_path, tiny_
             {"selective_rollout": True, "selective_rollout_target_zero_frac": 1.5},
             "selective_rollout_target_zero_frac",
         ),
+        ({"selective_rollout": True, "reward_norm": "batch"}, "reward_norm"),
         (
             {
                 "selective_rollout": True,
