@@ -22,6 +22,7 @@ BENCHMARKS = {
     "filtering": ["--reps", "1", "--steps", "1"],
     "reference": ["--skip-05b", "--steps", "2", "--repeats", "2"],
     "dynamic_sampling": ["--steps", "3"],
+    "selective_rollout": ["--quick"],
 }
 
 

@@ -17,6 +17,8 @@ STD_SCOPES = ("group", "batch")
 REWARD_NORMS = ("batch", "running")
 PROCESS_VARIANTS = ("outcome", "process", "process_rtg")
 TURN_SCOPES = ("turn", "group")
+INFORMATIVE, ALL_MAX, ALL_MIN = 0, 1, 2  # zero_signal_kinds
+KIND_NAMES = {ALL_MAX: "all_max", ALL_MIN: "all_min"}
 
 
 def _check_choice(name: str, value, choices) -> None:
@@ -106,21 +108,21 @@ def zero_signal_mask(rewards: torch.Tensor, group_size: int, eps: float = 0.0) -
 
 
 def zero_signal_kinds(
-    rewards: torch.Tensor, group_size: int, low: float, high: float, eps: float = 0.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bool (G,) pair (all_max, all_min): which zero-signal groups sit at the top or the bottom of the range.
+    rewards: torch.Tensor, group_size: int, eps: float, low: float, high: float
+) -> torch.Tensor:
+    """(N / group_size,) long: INFORMATIVE, ALL_MAX or ALL_MIN per group of `group_size` consecutive rows.
 
-    A group is zero-signal as in `zero_signal_mask` (spread <= eps). It is all_max when the mean of its
-    non-NaN rewards is above the midpoint (low + high) / 2 of the reward range [low, high] (every
-    completion solved the prompt), all_min otherwise (none did); a group without any non-NaN reward is
-    neither. DAPO (arXiv:2503.14476) reports these as the prompts with accuracy 1 and accuracy 0: the
-    first shows saturation, the second a prompt beyond the policy; both carry no GRPO gradient.
+    A group is zero-signal as in `zero_signal_mask` (raw reward spread max - min <= eps over its non-NaN
+    rewards, or fewer than 2 of them). Its flat value v (mean of its non-NaN rewards) is ALL_MAX when it lies
+    in the upper half of [low, high] (v - low >= high - v: every completion solved the prompt), else ALL_MIN
+    (none did). A group without any non-NaN reward carries no evidence and is INFORMATIVE. DAPO
+    (arXiv:2503.14476) reports these as the prompts with accuracy 1 and accuracy 0; GRESO (arXiv:2506.02177)
+    skips them with different probabilities. Both carry no GRPO gradient.
     """
-    grouped = _grouped(rewards, group_size)
-    zero = zero_signal_mask(rewards, group_size, eps)[::group_size]
-    scored = (~torch.isnan(grouped)).any(dim=1)
-    top = torch.nanmean(grouped, dim=1) > (low + high) / 2
-    return zero & scored & top, zero & scored & ~top
+    zero = zero_signal_mask(rewards, group_size, eps).view(-1, group_size)[:, 0]
+    value = torch.nanmean(rewards.view(-1, group_size).double(), dim=1)
+    kinds = torch.where((value - low) >= (high - value), ALL_MAX, ALL_MIN)
+    return torch.where(zero & ~torch.isnan(value), kinds, INFORMATIVE)
 
 
 def whiten(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from grpo_hub.algos import advantages, importance, losses
+from grpo_hub.algos import advantages, importance, losses, selection
 from grpo_hub.training.compat import check_trl_version
 from grpo_hub.training.reference import validate_reference_settings
 from grpo_hub.training.validation import check_effect, check_finite, check_type, field_error
@@ -36,8 +36,8 @@ DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
 # A field set away from its default has an effect only when its switch is on: field -> (switch, predicate).
 EFFECT_NEEDS = {
     "zero_signal_eps": (
-        "filter_zero_signal=True or dynamic_sampling=True",
-        lambda c: c.filter_zero_signal or c.dynamic_sampling,
+        "filter_zero_signal=True, dynamic_sampling=True or selective_rollout=True",
+        lambda c: c.filter_zero_signal or c.dynamic_sampling or c.selective_rollout,
     ),
     "zero_signal_normalizer": (
         "filter_zero_signal=True or dynamic_sampling=True",
@@ -62,6 +62,18 @@ EFFECT_NEEDS = {
         lambda c: c.ref_adapter_sync_on != "never",
     ),
     "ref_adapter_save": ("beta > 0 (without a KL term there is no 'ref' adapter)", lambda c: c.beta != 0.0),
+    **{
+        f"selective_rollout_{name}": ("selective_rollout=True", lambda c: c.selective_rollout)
+        for name in (
+            "id_column",
+            "target_zero_frac",
+            "explore_init",
+            "explore_step",
+            "min_keep_prob",
+            "reward_min",
+            "reward_max",
+        )
+    },
 }
 # TRL bounds that grpo_hub's checks compare against: finite, or None for TRL's default / off.
 FINITE_TRL_BOUNDS = ("epsilon_high", "delta")
@@ -213,6 +225,60 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
+    # --- Selective rollout (GRESO; grpo_hub/algos/selection.py, grpo_hub/training/selective_rollout.py) ---
+    selective_rollout: bool = field(
+        default=False,
+        metadata={
+            "help": "GRESO pre-rollout filtering: before a generation batch is generated, skip each prompt whose last "
+            "z scorings were all zero-signal of one kind (all-max or all-min reward) with probability "
+            "1 - max(p_kind^z, selective_rollout_min_keep_prob), and replace it with the next prompts of the epoch, "
+            "so the batch keeps its size. p_kind adapts toward selective_rollout_target_zero_frac. See "
+            "docs/selective-rollout.md."
+        },
+    )
+    selective_rollout_id_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset column holding a stable prompt id for the history. None: a hash of the prompt."
+        },
+    )
+    selective_rollout_target_zero_frac: float = field(
+        default=0.25,
+        metadata={
+            "help": "GRESO's target fraction of zero-signal groups among generated groups (one third all-max, two "
+            "thirds all-min): above its target a kind's exploration probability drops by "
+            "selective_rollout_explore_step (more skipping), below it rises; clamped to [0.05, 0.95]."
+        },
+    )
+    selective_rollout_explore_init: float = field(
+        default=0.5,
+        metadata={"help": "Initial exploration probability p of both kinds, in [0.05, 0.95]."},
+    )
+    selective_rollout_explore_step: float = field(
+        default=0.01,
+        metadata={"help": "Change of an exploration probability per scored generation batch (GRESO: 0.01)."},
+    )
+    selective_rollout_min_keep_prob: float = field(
+        default=0.01,
+        metadata={
+            "help": "Floor of the probability of generating a predicted zero-signal prompt, so every prompt is "
+            "revisited (GRESO: 0.01). In (0, 1]."
+        },
+    )
+    selective_rollout_reward_min: float | None = field(
+        default=None,
+        metadata={
+            "help": "Lower reward bound for classifying flat groups: a flat group is all-max when its value is in "
+            "the upper half of [reward_min, reward_max], else all-min. None: the lowest reward seen so far."
+        },
+    )
+    selective_rollout_reward_max: float | None = field(
+        default=None,
+        metadata={
+            "help": "Upper reward bound (see selective_rollout_reward_min). None: the highest reward seen so far."
+        },
+    )
+
     # --- Multi-turn credit (grpo_hub/turns.py) ---
     turn_advantages: str | None = field(
         default=None,
@@ -288,6 +354,7 @@ class GRPOHubConfig(GRPOConfig):
         self._validate_clip()
         self._validate_loss_agg()
         self._validate_dynamic_sampling()
+        self._validate_selective_rollout()
         self._validate_turn_advantages()
         self._validate_rewards()
         self._validate_advantages()
@@ -342,7 +409,7 @@ class GRPOHubConfig(GRPOConfig):
                 f"{self.zero_signal_normalizer!r} is not supported.",
                 f"use one of {ZERO_SIGNAL_NORMALIZERS}.",
             )
-        for switch in ("filter_zero_signal", "dynamic_sampling"):
+        for switch in ("filter_zero_signal", "dynamic_sampling", "selective_rollout"):
             if getattr(self, switch) and self.num_generations is not None and self.num_generations < 2:
                 field_error(
                     switch,
@@ -391,6 +458,40 @@ class GRPOHubConfig(GRPOConfig):
                 "lower the target or raise dynamic_sampling_max_rounds.",
             )
         self.filter_zero_signal = True
+
+    def _validate_selective_rollout(self) -> None:
+        if not self.selective_rollout:
+            return  # its fields set without it are rejected by EFFECT_NEEDS
+        if self.reward_norm is not None:
+            field_error(
+                "reward_norm",
+                "rescales rewards per batch or over time, but selective_rollout tells all-max from all-min groups by "
+                "their reward value.",
+                "unset reward_norm (reward_clip is fine), or set selective_rollout=False.",
+            )
+        ranges = {
+            "selective_rollout_target_zero_frac": (0.0, 1.0),
+            "selective_rollout_explore_init": (selection.EXPLORE_LOW, selection.EXPLORE_HIGH),
+            "selective_rollout_explore_step": (0.0, 1.0),
+        }
+        for name, (low, high) in ranges.items():
+            if not low <= getattr(self, name) <= high:
+                field_error(
+                    name, f"must be in [{low}, {high}], got {getattr(self, name)}.", "use its default."
+                )
+        if not 0.0 < self.selective_rollout_min_keep_prob <= 1.0:
+            field_error(
+                "selective_rollout_min_keep_prob",
+                f"must be in (0, 1], got {self.selective_rollout_min_keep_prob}; 0 would never revisit a prompt.",
+                "use e.g. 0.01.",
+            )
+        low, high = self.selective_rollout_reward_min, self.selective_rollout_reward_max
+        if low is not None and high is not None and not low < high:
+            field_error(
+                "selective_rollout_reward_min",
+                f"must be < selective_rollout_reward_max, got {low} >= {high}.",
+                "give the reward function's lowest and highest value.",
+            )
 
     def _validate_turn_advantages(self) -> None:
         if self.turn_advantages is None:

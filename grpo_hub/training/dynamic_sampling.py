@@ -112,18 +112,28 @@ class GenerationBatchStream:
 
     `note_pulled(iterator, n)` is called for every pull transformers makes; `next_batch()` consumes one period
     (`steps_per_generation * num_iterations` items) and returns the generation batch that starts inside it,
-    or None when the epoch has no full batch left.
+    or None when the epoch has no full batch left. `state_dict()` holds the items `next_batch` read in this
+    epoch; after `load_state_dict`, `skip_resumed(iterator)` (called before transformers' first pull of the
+    resumed epoch) skips them, since transformers' resume skips only its own steps' items.
     """
 
     def __init__(self, period: int):
         self.period = period
         self._iterator: Iterator | None = None
         self._pulled = 0
+        self._read = 0  # items next_batch consumed from the current iterator
+        self._skip_on_resume = 0
 
     def note_pulled(self, iterator: Iterator, count: int) -> None:
         if iterator is not self._iterator:  # a new epoch (or a resumed one)
-            self._iterator, self._pulled = iterator, 0
+            self._iterator, self._pulled, self._read = iterator, 0, 0
         self._pulled += count
+
+    def skip_resumed(self, iterator: Iterator) -> None:
+        if not self._skip_on_resume or iterator is self._iterator:
+            return
+        skipped = sum(1 for _ in zip(range(self._skip_on_resume), iterator, strict=False))
+        self._iterator, self._pulled, self._read, self._skip_on_resume = iterator, skipped, skipped, 0
 
     def next_batch(self):
         if self._iterator is None:
@@ -136,7 +146,14 @@ class GenerationBatchStream:
             except StopIteration:
                 break
         self._pulled += len(window)
+        self._read += len(window)
         return window[offset] if offset < len(window) else None
+
+    def state_dict(self) -> dict:
+        return {"read": self._read}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._skip_on_resume = int(state["read"])
 
 
 class DynamicSampler:
@@ -145,17 +162,18 @@ class DynamicSampler:
     Every rank runs the same number of rounds: the informative count comes from rewards TRL has already
     gathered over all ranks, and one `gather` per round also agrees on whether every rank still had data.
     The trainer hands in narrow pieces: `score_round(inputs) -> (output, zero-signal rows of all ranks)`,
-    `drop_rows(output, keep) -> output`, its all-rank `gather` and its train `metrics` (name -> list).
+    `drop_rows(output, keep) -> output`, its all-rank `gather`, the epoch's `stream` (a GenerationBatchStream,
+    shared with selective rollout) and its train `metrics` (name -> list).
     """
 
     def __init__(
         self, *, score_round, drop_rows, gather, rank: int, pad_token_id: int, group_size: int, target: int,
-        max_rounds: int, on_cap: str, period: int, metrics,
+        max_rounds: int, on_cap: str, stream: GenerationBatchStream, metrics,
     ):  # fmt: skip
         self.score_round, self.drop_rows, self.gather, self.metrics = score_round, drop_rows, gather, metrics
         self.rank, self.pad_token_id, self.group_size = rank, pad_token_id, group_size
         self.target, self.max_rounds, self.on_cap = target, max_rounds, on_cap
-        self.stream = GenerationBatchStream(period)
+        self.stream = stream
 
     def _next_inputs(self):
         """The next generation batch on this rank, or None on every rank if any rank has none."""

@@ -284,17 +284,19 @@ def strip_reference_adapter(output_dir: str, ref: str = REF_ADAPTER) -> bool:
     return True
 
 
-def resume_folder(args, global_step: int, explicit: str | None = None) -> str | None:
-    """Checkpoint folder to restore the reference from: `explicit` (the path given to `trainer.train()`) or
-    `args.resume_from_checkpoint` when it is a path holding the file, else `<output_dir>/checkpoint-<global_step>`
-    (where Trainer saves); None if absent."""
+def resume_folder(
+    args, global_step: int, explicit: str | None = None, filename: str = REF_ADAPTER_FILE
+) -> str | None:
+    """Checkpoint folder to restore `filename` (default: the reference) from: `explicit` (the path given to
+    `trainer.train()`) or `args.resume_from_checkpoint` when it is a path holding the file, else
+    `<output_dir>/checkpoint-<global_step>` (where Trainer saves); None if absent."""
     candidates = [
         explicit,
         getattr(args, "resume_from_checkpoint", None),
         os.path.join(args.output_dir, f"checkpoint-{global_step}"),
     ]
     for folder in candidates:
-        if isinstance(folder, str) and os.path.isfile(os.path.join(folder, REF_ADAPTER_FILE)):
+        if isinstance(folder, str) and os.path.isfile(os.path.join(folder, filename)):
             return folder
     return None
 

@@ -3,7 +3,9 @@
 - `_calculate_rewards`: reward clip / normalisation per reward function (rewards are already gathered).
 - `_generate_and_score_completions`: call TRL, then edit its output dict: recompute advantages (adv_norm,
   whitening, clipping, KL in the reward), geometric-mean vLLM IS weights, zero-signal row dropping, and the
-  share of zero-signal groups at the top / bottom of the reward range (`zero_signal/frac_groups_all_*`).
+  share of zero-signal groups at the top / bottom of the reward range (`zero_signal/frac_groups_all_*`). Before
+  calling TRL, selective rollout (GRESO) may replace prompts predicted zero-signal; after the rewards, it
+  records their outcome.
 - `_compute_loss`: TRL's loss unless loss_agg_mode or turn-level ratios need the own path.
 Every formula lives in `grpo_hub.algos` (advantages, losses, importance, filtering); the helpers of this wing get
 narrow inputs (callables, a metrics dict) from here. Nothing here copies TRL code.
@@ -12,7 +14,7 @@ narrow inputs (callables, a metrics dict) from here. Nothing here copies TRL cod
 import copy
 
 import torch
-from accelerate.utils import is_peft_model
+from accelerate.utils import gather_object, is_peft_model
 from trl import GRPOTrainer
 from trl.trainer.utils import use_adapter
 
@@ -21,7 +23,7 @@ from grpo_hub.algos import importance, losses
 from grpo_hub.algos.filtering import agreed_row_count, keep_rows
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.config import ROW_MEAN_LOSSES, GRPOHubConfig
-from grpo_hub.training.dynamic_sampling import DynamicSampler
+from grpo_hub.training.dynamic_sampling import DynamicSampler, GenerationBatchStream
 from grpo_hub.training.finite_guard import FiniteGradientsCallback
 from grpo_hub.training.input_checks import (
     check_advantages_finite,
@@ -30,6 +32,7 @@ from grpo_hub.training.input_checks import (
     check_rewards_finite,
 )
 from grpo_hub.training.reference import attach_reference_adapter, strip_reference_adapter
+from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback
 from grpo_hub.training.turns import TurnCredit, turn_ids_from_tool_mask
 from grpo_hub.training.vllm_runtime import is_settings, log_is_diagnostics, prepare_vllm_generation
 
@@ -57,7 +60,11 @@ class GRPOHubTrainer(GRPOTrainer):
         self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
         self._reward_range = (float("inf"), float("-inf"))  # lowest / highest reward seen (zero-signal kinds)
+        self._batch_stream = None  # the epoch read in generation batches, for refills and replacements
+        if args.dynamic_sampling or args.selective_rollout:
+            self._batch_stream = GenerationBatchStream(args.steps_per_generation * self.num_iterations)
         self._dynamic_sampler = self._make_dynamic_sampler() if args.dynamic_sampling else None
+        self._selector = self._make_selector() if args.selective_rollout else None
         self._turn_credit = None
         if args.turn_advantages:
             self._turn_credit = TurnCredit(
@@ -80,18 +87,44 @@ class GRPOHubTrainer(GRPOTrainer):
             target=args.dynamic_sampling_target_groups or args.generation_batch_size // self.num_generations,
             max_rounds=args.dynamic_sampling_max_rounds,
             on_cap=args.dynamic_sampling_on_cap,
-            period=args.steps_per_generation * self.num_iterations,
+            stream=self._batch_stream,
             metrics=self._metrics["train"],
         )
+
+    def _make_selector(self) -> SelectiveRollout:
+        args = self.args
+        selector = SelectiveRollout(
+            stream=self._batch_stream,
+            gather_objects=gather_object,
+            gather=self._gather,
+            rank=self.accelerator.process_index,
+            group_size=self.num_generations,
+            id_column=args.selective_rollout_id_column,
+            explore_init=args.selective_rollout_explore_init,
+            target=args.selective_rollout_target_zero_frac,
+            step=args.selective_rollout_explore_step,
+            min_keep=args.selective_rollout_min_keep_prob,
+            eps=args.zero_signal_eps,
+            reward_min=args.selective_rollout_reward_min,
+            reward_max=args.selective_rollout_reward_max,
+            seed=args.seed,
+            metrics=self._metrics["train"],
+        )
+        self._selector_callback = SelectiveRolloutCallback(selector)
+        self.add_callback(self._selector_callback)
+        return selector
 
     def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` of every rank, concatenated along dim 0 (moved to this rank's device first)."""
         return self.accelerator.gather(tensor.to(self.accelerator.device))
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
-        """TRL's train; a checkpoint folder given here also restores the frozen "ref" adapter saved in it."""
+        """TRL's train; a checkpoint folder given here also restores the frozen "ref" adapter and the selective-rollout
+        state saved in it."""
         if self._reference_callback is not None and isinstance(resume_from_checkpoint, str):
             self._reference_callback.resume_from = resume_from_checkpoint
+        if self._selector is not None and isinstance(resume_from_checkpoint, str):
+            self._selector_callback.resume_from = resume_from_checkpoint
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
@@ -152,10 +185,13 @@ class GRPOHubTrainer(GRPOTrainer):
         return rewards_per_func
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
-        """transformers' prefetch of one optimizer step; dynamic sampling reads more from the same iterator."""
+        """transformers' prefetch of one optimizer step; dynamic sampling and selective rollout read more from the
+        same iterator (and, on resume, skip what they had read)."""
+        if self._batch_stream is not None:
+            self._batch_stream.skip_resumed(epoch_iterator)
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        if self._dynamic_sampler is not None:
-            self._dynamic_sampler.stream.note_pulled(epoch_iterator, len(batch_samples))
+        if self._batch_stream is not None:
+            self._batch_stream.note_pulled(epoch_iterator, len(batch_samples))
         return batch_samples, num_items_in_batch
 
     # --- seam 2: the scored batch ---
@@ -170,15 +206,19 @@ class GRPOHubTrainer(GRPOTrainer):
 
     def _score_round(self, inputs):
         """TRL's scored batch with grpo_hub's edits (no row dropped), and the (all ranks' rows,) zero-signal mask."""
+        mode = "train" if self.model.training else "eval"
+        if mode == "train" and self._selector is not None:  # GRESO: skip predicted zero-signal prompts
+            inputs = self._selector.select(inputs)
         check_batch_prompts(inputs)
         output = super()._generate_and_score_completions(inputs)
-        mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         rank_rows = slice(
             self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs)
         )
         rewards_per_func, self._scored_rewards = self._scored_rewards, None
         rewards = self._weighted_rewards(rewards_per_func)
+        if mode == "train" and self._selector is not None:
+            self._selector.record(rewards)
         if self.args.recomputes_advantages:
             output["advantages"] = self._recompute_advantages(rewards, output, group_size, rank_rows)
         if self._turn_credit is not None:
@@ -208,11 +248,11 @@ class GRPOHubTrainer(GRPOTrainer):
         if scored.numel():
             low, high = self._reward_range
             self._reward_range = (min(low, scored.min().item()), max(high, scored.max().item()))
-        all_max, all_min = adv_fns.zero_signal_kinds(
-            rewards, group_size, *self._reward_range, eps=self.args.zero_signal_eps
-        )
-        self._metrics[mode]["zero_signal/frac_groups_all_max"].append(all_max.float().mean().item())
-        self._metrics[mode]["zero_signal/frac_groups_all_min"].append(all_min.float().mean().item())
+        kinds = adv_fns.zero_signal_kinds(rewards, group_size, self.args.zero_signal_eps, *self._reward_range)
+        for kind, name in adv_fns.KIND_NAMES.items():
+            self._metrics[mode][f"zero_signal/frac_groups_{name}"].append(
+                (kinds == kind).double().mean().item()
+            )
 
     def _weighted_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """TRL's scalar reward: weighted nansum of the reward functions, NaN where none scored the row."""

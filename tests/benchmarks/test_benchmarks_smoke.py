@@ -86,3 +86,11 @@ def test_other_benchmarks_print_finite_ratios(sections, name):
     numbers = re.findall(r"-?\d+\.\d+|nan|inf", sections[name])
     assert numbers, sections[name]
     assert all(math.isfinite(float(n)) for n in numbers)
+
+
+def test_selective_rollout_table(sections):
+    rows = {row[0]: row[1:] for row in table_rows(sections["selective_rollout"])}
+    assert set(rows) == {"trl", "filter", "dynamic", "greso"}
+    numbers = [cells[:5] + cells[6:] for cells in rows.values()]  # cells[5]: accuracy per seed, "a / b / c"
+    assert all(finite(cell) >= 0 for cells in numbers for cell in cells)
+    assert finite(rows["dynamic"][6]) == finite(rows["dynamic"][7]) == finite(rows["dynamic"][8]) == 1.0

@@ -162,6 +162,21 @@ INVALID = [
     ("dual_clip_c", {"dual_clip_c": math.nan}),
     ("epsilon", {"epsilon": math.nan}),
     ("delta", {"delta": math.nan}),
+    ("selective_rollout", {"selective_rollout": True, "num_generations": 1}),
+    ("reward_norm", {"selective_rollout": True, "reward_norm": "batch"}),
+    ("selective_rollout_id_column", {"selective_rollout_id_column": "id"}),  # feature off
+    (
+        "selective_rollout_target_zero_frac",
+        {"selective_rollout": True, "selective_rollout_target_zero_frac": 1.5},
+    ),
+    ("selective_rollout_explore_init", {"selective_rollout": True, "selective_rollout_explore_init": 0.99}),
+    ("selective_rollout_explore_step", {"selective_rollout": True, "selective_rollout_explore_step": -0.1}),
+    ("selective_rollout_min_keep_prob", {"selective_rollout": True, "selective_rollout_min_keep_prob": 0.0}),
+    (
+        "selective_rollout_reward_min",
+        {"selective_rollout": True, "selective_rollout_reward_min": 1.0, "selective_rollout_reward_max": 0.0},
+    ),
+    ("selective_rollout_reward_max", {"selective_rollout_reward_max": 1.0}),  # feature off
 ]
 
 
@@ -249,6 +264,13 @@ EFFECTIVE = {
     "ref_adapter_sync_steps": (10, {"ref_adapter_sync_on": "steps", "beta": 0.1}),
     "ref_adapter_mixup_alpha": (0.5, {"ref_adapter_sync_on": "epoch", "beta": 0.1}),
     "ref_adapter_save": (True, {"beta": 0.1}),
+    "selective_rollout_id_column": ("id", {"selective_rollout": True}),
+    "selective_rollout_target_zero_frac": (0.5, {"selective_rollout": True}),
+    "selective_rollout_explore_init": (0.7, {"selective_rollout": True}),
+    "selective_rollout_explore_step": (0.05, {"selective_rollout": True}),
+    "selective_rollout_min_keep_prob": (0.1, {"selective_rollout": True}),
+    "selective_rollout_reward_min": (0.0, {"selective_rollout": True}),
+    "selective_rollout_reward_max": (1.0, {"selective_rollout": True}),
 }
 
 

@@ -1,0 +1,200 @@
+"""Selective rollout (GRESO): before a generation batch is generated, skip the prompts predicted zero-signal.
+
+The rule and its source are in `grpo_hub.algos.selection`. This module is the trainer glue:
+
+- Prompt id: a hash (blake2b, 64 bit) of the dataset column `selective_rollout_id_column`, else of the prompt
+  (text or chat messages, JSON-encoded), so the id is the same on every rank, run and resume.
+- `SelectiveRollout.select(inputs)`: gathers the generation batch of every rank (TRL's RepeatSampler puts each
+  prompt `num_generations` times in a row; rank k holds rows [k·n, (k+1)·n)), decides per group with the shared
+  generator (seeded from `args.seed`; every rank holds the same history and draws the same numbers, so every
+  rank takes the same decisions), and replaces skipped groups with the next groups of the epoch, read through
+  the dynamic-sampling `GenerationBatchStream` (one period per generation batch, see
+  `grpo_hub.training.dynamic_sampling`). It returns this rank's slice of exactly as many groups as it was
+  given, so TRL's per-rank row counts do not change. Groups of the last batch read that were not needed are
+  carried over and come first in the next selection, so every prompt is still considered once per pass over
+  the data. When the epoch runs out, the shortfall is filled with the groups it skipped, in order: the step
+  trains on the prompts there are, and its size never changes.
+- `SelectiveRollout.record(rewards)`: the gathered rewards of the groups just scored update the history and
+  the exploration probabilities (once per scored generation batch, also per dynamic-sampling round).
+- `SelectiveRolloutCallback`: writes the state (history, exploration probabilities, generator state, observed
+  reward range, carried-over groups, items the stream read this epoch) into every checkpoint and restores it on resume; the stream
+  then skips the items it had read, so the resumed run sees the prompts the uninterrupted run would see.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import deque
+
+import torch
+from transformers import TrainerCallback
+
+from grpo_hub.algos.advantages import ALL_MAX, ALL_MIN, KIND_NAMES, zero_signal_kinds
+from grpo_hub.algos.selection import (
+    TARGET_SHARE,
+    OutcomeHistory,
+    adapt_exploration,
+    kind_fractions,
+    skip_probabilities,
+)
+from grpo_hub.training.reference import resume_folder
+
+STATE_FILE = "selective_rollout.pt"
+DECISIONS_KEPT = 4096
+
+
+def prompt_id(row: dict, column: str | None) -> int:
+    """Stable signed 64-bit id of a dataset row: hash of `row[column]`, or of `row["prompt"]`."""
+    key = column or "prompt"
+    if key not in row:
+        raise ValueError(
+            f"`selective_rollout_id_column`: the dataset rows have no column {key!r} (columns: {sorted(row)}). "
+            "Fix: name an existing column, or leave it None to key prompts by a hash of the prompt."
+        )
+    text = json.dumps(row[key], sort_keys=True, default=str)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
+
+
+def _groups(rows: list, group_size: int) -> list[list]:
+    return [rows[i : i + group_size] for i in range(0, len(rows), group_size)]
+
+
+class SelectiveRollout:
+    """Skip decisions before generation, history updates after scoring (see the module docstring).
+
+    Narrow inputs from the trainer: `stream` (a `GenerationBatchStream`), `gather_objects` (list of this rank ->
+    lists of all ranks concatenated), `gather` (tensor all-gather), this `rank`, and the train `metrics` dict.
+    """
+
+    def __init__(
+        self, *, stream, gather_objects, gather, rank: int, group_size: int, id_column: str | None,
+        explore_init: float, target: float, step: float, min_keep: float, eps: float,
+        reward_min: float | None, reward_max: float | None, seed: int, metrics,
+    ):  # fmt: skip
+        self.stream, self.gather_objects, self.gather, self.metrics = stream, gather_objects, gather, metrics
+        self.rank, self.group_size, self.id_column = rank, group_size, id_column
+        self.target, self.step, self.min_keep, self.eps = target, step, min_keep, eps
+        self.reward_bounds = (reward_min, reward_max)
+        self.history = OutcomeHistory()
+        self.explore = {ALL_MAX: explore_init, ALL_MIN: explore_init}
+        self.generator = torch.Generator().manual_seed(seed)
+        self.seen = [float("inf"), float("-inf")]  # reward range observed so far
+        self._scoring: list[int] | None = None  # ids of the groups being scored, all ranks, in row order
+        self._leftover: list[list] = []  # groups read but not needed by the last selection (all ranks' rows)
+        self.decisions = deque(maxlen=DECISIONS_KEPT)  # recent (prompt id, skipped), for inspection
+
+    def _next_inputs(self):
+        """The next generation batch on this rank, or None on every rank if any rank has none."""
+        inputs = self.stream.next_batch()
+        have = self.gather(torch.tensor([inputs is not None]))
+        return inputs if bool(have.all()) else None
+
+    def select(self, inputs: list) -> list:
+        """This rank's rows of the groups to generate: as many as `inputs` holds, skipped groups replaced."""
+        rows = self.gather_objects(list(inputs))
+        wanted = len(rows) // self.group_size
+        kept, skipped, batches_read, exhausted = [], [], 0, False
+        candidates, self._leftover = self._leftover + _groups(rows, self.group_size), []
+        while True:
+            ids = [prompt_id(group[0], self.id_column) for group in candidates]
+            kinds, streaks = self.history.lookup(ids)
+            probs = skip_probabilities(kinds, streaks, self.explore, self.min_keep)
+            draws = torch.rand(len(ids), generator=self.generator, dtype=torch.float64)
+            for j, group in enumerate(candidates):
+                if len(kept) == wanted:
+                    self._leftover = candidates[j:]
+                    break
+                skip = bool(draws[j] < probs[j])
+                self.decisions.append((ids[j], skip))
+                (skipped if skip else kept).append((ids[j], int(kinds[j]), group))
+            if len(kept) == wanted:
+                break
+            more = self._next_inputs()
+            if more is None:
+                exhausted = True
+                break
+            batches_read += 1
+            candidates = _groups(self.gather_objects(list(more)), self.group_size)
+        filled, skipped = skipped[: wanted - len(kept)], skipped[wanted - len(kept) :]
+        kept += filled
+        self.history.mark_skipped([prompt for prompt, _, _ in skipped])
+        self._scoring = [prompt for prompt, _, _ in kept]
+        self._log_selection(skipped, batches_read, exhausted)
+        flat = [row for _, _, group in kept for row in group]
+        share = len(inputs)
+        return flat[self.rank * share : (self.rank + 1) * share]
+
+    def record(self, rewards: torch.Tensor) -> None:
+        """Update the history and exploration probabilities from the gathered rewards of the selected groups."""
+        if self._scoring is None:
+            raise RuntimeError("SelectiveRollout.record() called without a preceding select()")
+        valid = rewards[~torch.isnan(rewards)]
+        if valid.numel():
+            self.seen = [min(self.seen[0], float(valid.min())), max(self.seen[1], float(valid.max()))]
+        low = self.seen[0] if self.reward_bounds[0] is None else self.reward_bounds[0]
+        high = self.seen[1] if self.reward_bounds[1] is None else self.reward_bounds[1]
+        kinds = zero_signal_kinds(rewards.detach().cpu(), self.group_size, self.eps, low, high)
+        revisits, informative = self.history.record(self._scoring, kinds.tolist())
+        self._scoring = None
+        for kind, frac in kind_fractions(kinds).items():
+            self.explore[kind] = adapt_exploration(
+                self.explore[kind], frac, self.target * TARGET_SHARE[kind], self.step
+            )
+        if revisits:
+            self.metrics["selective/revisit_informative_frac"].append(informative / revisits)
+
+    def _log_selection(self, skipped, batches_read: int, exhausted: bool) -> None:
+        metrics = self.metrics
+        for kind, name in KIND_NAMES.items():
+            metrics[f"selective/skipped_{name}"].append(float(sum(k == kind for _, k, _ in skipped)))
+            metrics[f"selective/explore_{name}"].append(self.explore[kind])
+        metrics["selective/rows_saved"].append(float(len(skipped) * self.group_size))
+        metrics["selective/batches_read"].append(float(batches_read))
+        metrics["selective/data_exhausted"].append(float(exhausted))
+
+    def state_dict(self) -> dict:
+        return {
+            "history": self.history.state_dict(),
+            "explore": torch.tensor([self.explore[ALL_MAX], self.explore[ALL_MIN]], dtype=torch.float64),
+            "generator": self.generator.get_state(),
+            "seen": torch.tensor(self.seen, dtype=torch.float64),
+            "stream": self.stream.state_dict(),
+            "leftover": self._leftover,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history.load_state_dict(state["history"])
+        self.explore = dict(zip((ALL_MAX, ALL_MIN), state["explore"].tolist(), strict=True))
+        self.generator.set_state(state["generator"])
+        self.seen = state["seen"].tolist()
+        self.stream.load_state_dict(state["stream"])
+        self._leftover = state["leftover"]
+
+
+class SelectiveRolloutCallback(TrainerCallback):
+    """Save the selective-rollout state in every checkpoint (rank 0 writes) and restore it on resume."""
+
+    def __init__(self, selector: SelectiveRollout):
+        self.selector = selector
+        self.resume_from: str | None = None  # set by GRPOHubTrainer.train(resume_from_checkpoint=<path>)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            return
+        folder = resume_folder(args, state.global_step, self.resume_from, filename=STATE_FILE)
+        if folder is None:
+            raise ValueError(
+                f"Resuming at step {state.global_step} with selective_rollout, but no {STATE_FILE} was found in the "
+                f"resumed checkpoint or {args.output_dir}/checkpoint-{state.global_step}: the prompt history would "
+                "restart empty. Fix: resume from a checkpoint saved by GRPOHubTrainer with selective_rollout=True, "
+                "passing its folder to `trainer.train(resume_from_checkpoint=...)`."
+            )
+        self.selector.load_state_dict(torch.load(os.path.join(folder, STATE_FILE), weights_only=True))
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            torch.save(self.selector.state_dict(), os.path.join(folder, STATE_FILE))

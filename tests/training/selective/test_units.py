@@ -1,0 +1,88 @@
+"""SelectiveRollout without a model: stable ids, replacement from the stream, carry-over, the epoch running out."""
+
+import collections
+
+import torch
+
+from grpo_hub.algos.advantages import ALL_MIN
+from grpo_hub.training.dynamic_sampling import GenerationBatchStream
+from grpo_hub.training.selective_rollout import SelectiveRollout, prompt_id
+
+GROUP = 2
+
+
+def make_selector(batches: list[list[dict]], min_keep: float = 1e-9) -> SelectiveRollout:
+    """A one-rank selector whose stream yields `batches` (period 1) after the batch handed to `select`."""
+    stream = GenerationBatchStream(period=1)
+    stream.note_pulled(iter(batches), 1)
+    return SelectiveRollout(
+        stream=stream, gather_objects=lambda rows: rows, gather=lambda t: t, rank=0, group_size=GROUP,
+        id_column="index", explore_init=0.05, target=0.25, step=0.0, min_keep=min_keep, eps=0.0,
+        reward_min=0.0, reward_max=1.0, seed=0, metrics=collections.defaultdict(list),
+    )  # fmt: skip
+
+
+def rows(*indices: int) -> list[dict]:
+    return [{"prompt": f"p{i}", "index": i} for i in indices for _ in range(GROUP)]
+
+
+def learn_hard(selector: SelectiveRollout, indices, times: int = 3) -> None:
+    """Record `indices` as all-min `times` times (P_skip = 1 - 0.05**3 for each)."""
+    for _ in range(times):
+        selector.history.record([prompt_id({"index": i}, "index") for i in indices], [ALL_MIN] * len(indices))
+
+
+def indices(selected: list[dict]) -> list[int]:
+    return [row["index"] for row in selected[::GROUP]]
+
+
+def test_prompt_ids_are_stable_and_key_messages_too():
+    chat = [{"role": "user", "content": "hi"}]
+    assert prompt_id({"prompt": chat}, None) == prompt_id({"prompt": [dict(reversed(chat[0].items()))]}, None)
+    assert prompt_id({"prompt": "a"}, None) != prompt_id({"prompt": "b"}, None)
+    assert prompt_id({"index": 3, "prompt": "x"}, "index") == prompt_id({"index": 3, "prompt": "y"}, "index")
+
+
+def test_skipped_groups_are_replaced_by_the_next_ones_and_leftovers_come_first_next_time():
+    selector = make_selector([rows(2, 3), rows(4, 5)])
+    learn_hard(selector, [0])
+    torch.manual_seed(0)
+    first = selector.select(rows(0, 1))
+    assert len(first) == 2 * GROUP and indices(first) == [1, 2]  # 0 skipped, 2 read from the next batch
+    assert selector.metrics["selective/skipped_all_min"] == [1.0]
+    assert selector.metrics["selective/rows_saved"] == [float(GROUP)]
+    assert indices(selector.select(rows(6, 7))) == [3, 6]  # 3 was left over
+
+
+def test_when_the_epoch_runs_out_skipped_groups_fill_the_batch():
+    selector = make_selector([])
+    learn_hard(selector, [0, 1])
+    selected = selector.select(rows(0, 1))
+    assert indices(selected) == [0, 1]
+    assert selector.metrics["selective/data_exhausted"] == [1.0]
+    assert selector.metrics["selective/rows_saved"] == [0.0]
+
+
+def test_revisits_of_skipped_prompts_measure_the_filter_error():
+    selector = make_selector([rows(2, 3)])
+    learn_hard(selector, [0])
+    selector.select(rows(0, 1))  # 0 is skipped, 1 and 2 are generated, 3 is left over
+    selector.record(torch.tensor([0.0, 1.0, 0.5, 0.5]))
+    assert "selective/revisit_informative_frac" not in selector.metrics
+    selector.min_keep = 1.0  # P_skip = 0: prompt 0 comes back
+    assert indices(selector.select(rows(0, 4))) == [3, 0]
+    selector.record(torch.tensor([1.0, 1.0, 0.0, 1.0]))  # 0 turned out informative: the filter erred
+    assert selector.metrics["selective/revisit_informative_frac"] == [1.0]
+
+
+def test_the_stream_skips_what_it_had_read_when_resumed():
+    stream = GenerationBatchStream(period=2)
+    items = iter(range(10))
+    pulled = [next(items), next(items)]  # transformers' prefetch of one step
+    stream.note_pulled(items, len(pulled))
+    assert stream.next_batch() == 2
+    resumed = GenerationBatchStream(period=2)
+    resumed.load_state_dict(stream.state_dict())
+    transformers_resumed = iter(range(2, 10))  # transformers skipped its own 2 items, not the stream's
+    resumed.skip_resumed(transformers_resumed)
+    assert next(transformers_resumed) == 4
