@@ -80,15 +80,15 @@ def run_isolated(command: list[str], cwd, env: dict[str, str], timeout: float, w
     return output
 
 
-def partitioned_zero3_config(folder: Path) -> Path:
+def partitioned_zero3_config(folder: Path, init_flag: bool = True) -> Path:
     """Write a 2-rank ZeRO-3 accelerate config with persistence threshold 0 (zero3_partitioned.json) into
     `folder`: by default DeepSpeed keeps small tensors such as LoRA factors whole on every rank, which would
-    hide a missing gather."""
-    path = Path(folder) / "zero3-partitioned.yaml"
+    hide a missing gather. `init_flag`: accelerate's `zero3_init_flag` (build the model under zero.Init)."""
+    path = Path(folder) / f"zero3-partitioned-init{int(init_flag)}.yaml"
     path.write_text(
         "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
         f"deepspeed_config:\n  deepspeed_config_file: {WORKER_DIR / 'zero3_partitioned.json'}\n"
-        "  zero3_init_flag: true\n"
+        f"  zero3_init_flag: {str(init_flag).lower()}\n"
         "machine_rank: 0\nnum_machines: 1\nnum_processes: 2\nrdzv_backend: static\nsame_network: true\n"
     )
     return path

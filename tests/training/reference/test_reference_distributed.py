@@ -1,5 +1,5 @@
-"""2 CPU ranks (DDP over gloo, DeepSpeed ZeRO-3): every rank ends with identical, correctly refreshed reference
-weights, and a ZeRO-3 resume continues with the saved reference. Each launch takes ~40-60 s."""
+"""2 CPU ranks (DDP over gloo, DeepSpeed ZeRO-3 in fp32 and bf16): every rank ends with identical, correctly
+refreshed reference weights, and a ZeRO-3 resume continues with the saved reference. Each launch takes ~40-60 s."""
 
 import shutil
 from pathlib import Path
@@ -45,20 +45,30 @@ def test_ddp_ranks_hold_identical_refreshed_reference():
 
 
 @pytest.mark.deepspeed
-def test_zero3_refresh_and_resume(tmp_path):
+@pytest.mark.parametrize(
+    "precision, resume_init_flag",
+    [("fp32", True), ("bf16", False)],  # bf16: straight run built under zero.Init, resumed without it
+)
+def test_zero3_refresh_and_resume(tmp_path, precision, resume_init_flag):
+    """Under bf16 TRL keeps the LoRA factors bf16 with ZeRO-3 (autocast_adapter_dtype=False); the reference
+    adapter used to be added in fp32 and the trainer failed to build ("do not pair"), with either init flag."""
     requires("deepspeed", "ZeRO-3 reference-adapter refresh")
     zero3 = str(partitioned_zero3_config(tmp_path))  # LoRA factors really sharded, not kept whole
     args = ["--max-steps", "4", "--sync-steps", "2", "--save-steps", "2"]
+    if precision == "bf16":
+        args.append("--bf16")
     straight = run_accelerate(zero3, WORKER, [*args, "--output-dir", str(tmp_path / "a")], timeout=550)
     assert "DEEPSPEED" in straight["distributed_type"] and straight["ref_partitioned"]
+    assert straight["adapter_dtypes"] == ["torch.bfloat16" if precision == "bf16" else "torch.float32"]
     # ZeRO-3: each rank stores a different shard, yet the gathered reference equals the trained adapter.
     assert straight["ranks"][0]["final"]["local_ref"] != straight["ranks"][1]["final"]["local_ref"]
     _check_ranks(straight, hard=True)
 
     checkpoint = tmp_path / "b" / "checkpoint-2"
     shutil.copytree(tmp_path / "a" / "checkpoint-2", checkpoint)
+    resume_config = str(partitioned_zero3_config(tmp_path, init_flag=resume_init_flag))
     resumed = run_accelerate(
-        zero3, WORKER, [*args, "--output-dir", str(tmp_path / "b"), "--resume", str(checkpoint)]
+        resume_config, WORKER, [*args, "--output-dir", str(tmp_path / "b"), "--resume", str(checkpoint)]
     )
     for rank in resumed["ranks"]:
         assert rank["refreshed_at"] == [4]
