@@ -141,6 +141,17 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
+    zero_signal_pack: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Under filtering, pack the kept rows into as few micro-steps of per_device_train_batch_size rows "
+            "as possible (all ranks agree) and run no forward/backward for the micro-steps left empty; rows stay "
+            "in their optimizer step, so the gradient is unchanged. None: on whenever filtering is on and the loss "
+            "does not depend on micro-batch composition (not bnpo, not top_entropy_quantile < 1). True: required "
+            "(error when it cannot apply). False: every micro-step runs, thinner (the pre-packing behaviour)."
+        },
+    )
+
     # --- Dynamic sampling (DAPO; grpo_hub/dynamic_sampling.py) ---
     dynamic_sampling: bool = field(
         default=False,
@@ -293,6 +304,13 @@ class GRPOHubConfig(GRPOConfig):
                 f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
                 "set num_generations >= 2 or filter_zero_signal=False.",
             )
+        if self.zero_signal_pack:
+            if not (self.filter_zero_signal or self.dynamic_sampling):
+                field_error(
+                    "zero_signal_pack", "has no effect without filtering.", "set filter_zero_signal=True."
+                )
+            for reason in self._pack_blockers():
+                field_error("zero_signal_pack", f"cannot apply: {reason}.", "leave zero_signal_pack unset.")
         row_mean = self.loss_type in ROW_MEAN_LOSSES and self.loss_agg_mode is None
         if self.filter_zero_signal and row_mean and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
             field_error(
@@ -426,6 +444,20 @@ class GRPOHubConfig(GRPOConfig):
                 "set only one of dual_clip_c and delta.",
             )
         self.delta = self.dual_clip_c
+
+    def _pack_blockers(self) -> list[str]:
+        """Why moving rows between micro-steps would change the gradient (empty: packing is exact)."""
+        reasons = []
+        if self.loss_type == "bnpo" and self.loss_agg_mode is None:
+            reasons.append("loss_type='bnpo' is a token mean over each micro-batch")
+        if self.top_entropy_quantile < 1.0:
+            reasons.append("top_entropy_quantile < 1 takes its entropy quantile over each micro-batch")
+        return reasons
+
+    @property
+    def packs_rows(self) -> bool:
+        """Whether GRPOHubTrainer packs the kept rows of a filtered batch into fewer micro-steps."""
+        return self.filter_zero_signal and self.zero_signal_pack is not False and not self._pack_blockers()
 
     @property
     def uses_own_loss(self) -> bool:

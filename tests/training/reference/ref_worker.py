@@ -118,6 +118,8 @@ def main() -> None:
         ref_adapter_sync_steps=args.sync_steps,
         ref_adapter_mixup_alpha=args.alpha,
         bf16=args.bf16,
+        # Loaded in bf16 as the recipe does on GPUs: TRL then keeps the LoRA factors bf16 under ZeRO-3.
+        model_init_kwargs={"dtype": "bfloat16"} if args.bf16 else None,
     )
     probe = HashProbe(args.perturb_rank1_ref)
     trainer = GRPOHubTrainer(
