@@ -80,17 +80,27 @@ def run_isolated(command: list[str], cwd, env: dict[str, str], timeout: float, w
     return output
 
 
-def partitioned_zero3_config(folder: Path, init_flag: bool = True) -> Path:
+def partitioned_zero3_config(folder: Path) -> Path:
     """Write a 2-rank ZeRO-3 accelerate config with persistence threshold 0 (zero3_partitioned.json) into
     `folder`: by default DeepSpeed keeps small tensors such as LoRA factors whole on every rank, which would
-    hide a missing gather. `init_flag`: accelerate's `zero3_init_flag` (build the model under zero.Init)."""
-    path = Path(folder) / f"zero3-partitioned-init{int(init_flag)}.yaml"
+    hide a missing gather."""
+    path = Path(folder) / "zero3-partitioned.yaml"
     path.write_text(
         "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
         f"deepspeed_config:\n  deepspeed_config_file: {WORKER_DIR / 'zero3_partitioned.json'}\n"
-        f"  zero3_init_flag: {str(init_flag).lower()}\n"
+        "  zero3_init_flag: true\n"
         "machine_rank: 0\nnum_machines: 1\nnum_processes: 2\nrdzv_backend: static\nsame_network: true\n"
     )
+    return path
+
+
+def zero3_config(folder: Path, init_flag: bool) -> Path:
+    """recipes/accelerate/cpu-zero3.yaml with `zero3_init_flag` set, written into `folder`. Its inline DeepSpeed
+    settings (unlike a deepspeed_config_file) tell TRL the ZeRO stage, so TRL keeps LoRA in the model dtype."""
+    text = (ACCELERATE_CONFIGS / "cpu-zero3.yaml").read_text()
+    assert "zero3_init_flag: true" in text
+    path = Path(folder) / f"cpu-zero3-init{int(init_flag)}.yaml"
+    path.write_text(text.replace("zero3_init_flag: true", f"zero3_init_flag: {str(init_flag).lower()}"))
     return path
 
 
