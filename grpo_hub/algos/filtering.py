@@ -116,22 +116,26 @@ def packed_step_count(rows_per_rank: list[int], batch_size: int) -> int:
 
 def packing_plan(
     rows: torch.Tensor, num_iterations: int, accumulation_steps: int, window_position: int, batch_size: int
-) -> list[tuple[range, int, int] | None]:
+) -> list[tuple[range, int, int, int] | None]:
     """Which micro-steps of a generation cycle run, and which rows each one trains, agreed by all ranks.
 
     `rows` is (ranks, steps_per_generation): the rows that carry loss in each buffered micro-batch of each
     rank (all ranks pass the same gathered tensor, so they compute the same plan). For every segment of
     `cycle_segments`, k = `packed_step_count` micro-steps run: the LAST k positions of the segment, so the
     micro-step that ends an optimizer step always runs. Entry p of the result is None (position p runs no
-    forward/backward) or (slots, chunk, k): train chunk `chunk` of k near-equal chunks (`torch.tensor_split`
-    order) of the loss-carrying rows of buffer slots `slots`, concatenated in slot order.
+    forward/backward) or (slots, chunk, k, num_rows): train chunk `chunk` of k near-equal chunks
+    (`packed_rows`) of the loss-carrying rows of buffer slots `slots`, concatenated in slot order, padded to
+    num_rows = ceil(max rows over ranks / k) >= 1 rows on every rank (TRL gathers per-row metrics, which
+    needs the same row count on every rank).
     """
     steps = rows.shape[1]
-    plan: list[tuple[range, int, int] | None] = []
+    plan: list[tuple[range, int, int, int] | None] = []
     for segment in cycle_segments(steps, num_iterations, accumulation_steps, window_position):
         slots = range(segment.start % steps, (segment.stop - 1) % steps + 1)
-        k = packed_step_count(rows[:, slots.start : slots.stop].sum(dim=1).tolist(), batch_size)
-        plan += [None] * (len(segment) - k) + [(slots, chunk, k) for chunk in range(k)]
+        per_rank = rows[:, slots.start : slots.stop].sum(dim=1).tolist()
+        k = packed_step_count(per_rank, batch_size)
+        num_rows = max(math.ceil(max(per_rank) / k), 1)
+        plan += [None] * (len(segment) - k) + [(slots, chunk, k, num_rows) for chunk in range(k)]
     return plan
 
 

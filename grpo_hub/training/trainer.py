@@ -329,13 +329,12 @@ class GRPOHubTrainer(GRPOTrainer):
         entry = self._packing_plan[self._step % len(self._packing_plan)]
         if entry is None:
             return None
-        slots, chunk, chunks = entry
+        slots, chunk, chunks, num_rows = entry
         segment = concat_micro_batches([self._buffered_inputs[slot] for slot in slots])
         carrying = segment["completion_mask"].any(dim=1).nonzero().squeeze(1)
-        picked = carrying[packed_rows(carrying.numel(), chunk, chunks)]
         keep = torch.zeros_like(segment["completion_mask"][:, 0], dtype=torch.bool)
-        keep[picked] = True
-        return keep_rows(segment, keep, max(picked.numel(), 1), self.pad_to_multiple_of)
+        keep[carrying[packed_rows(carrying.numel(), chunk, chunks)]] = True
+        return keep_rows(segment, keep, num_rows, self.pad_to_multiple_of)  # same row count on every rank
 
     def _plan_packing(self) -> None:
         """Agree (one all-gather) on the packing plan of the buffered generation batch; log micro-steps run."""

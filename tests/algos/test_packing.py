@@ -17,10 +17,11 @@ def naive_plan(rows, num_iterations, accumulation_steps, window_position, batch_
         ends_window = (window_position + position + 1) % accumulation_steps == 0
         if position % steps == steps - 1 or ends_window:
             slots = [p % steps for p in pending]
-            need = max(max(sum(rank[s] for s in slots) for rank in rows), 1)
-            k = math.ceil(need / batch_size)
+            most = max(sum(rank[s] for s in slots) for rank in rows)
+            k = math.ceil(max(most, 1) / batch_size)
+            width = max(math.ceil(most / k), 1)
             plan += [None] * (len(pending) - k)
-            plan += [(range(slots[0], slots[-1] + 1), chunk, k) for chunk in range(k)]
+            plan += [(range(slots[0], slots[-1] + 1), chunk, k, width) for chunk in range(k)]
             pending = []
     return plan
 
@@ -42,10 +43,11 @@ def test_plan_matches_naive_reference_on_random_inputs():
         for position, entry in enumerate(plan):
             if (window_position + position + 1) % accumulation == 0 or position == len(plan) - 1:
                 assert entry is not None, "the micro-step that ends an optimizer step must run"
-            if entry is not None:  # no chunk holds more than batch_size rows on any rank
-                slots, chunk, k = entry
+            if entry is not None:  # every rank's chunk fits the agreed row count, which fits the batch size
+                slots, chunk, k, num_rows = entry
+                assert 1 <= num_rows <= batch_size
                 for rank in rows:
-                    assert len(packed_rows(sum(rank[s] for s in slots), chunk, k)) <= batch_size
+                    assert len(packed_rows(sum(rank[s] for s in slots), chunk, k)) <= num_rows
 
 
 def test_plan_edge_cases():
@@ -53,18 +55,25 @@ def test_plan_edge_cases():
     assert packing_plan(torch.tensor([[2, 2, 2, 2]]), 1, 4, 0, 4) == [
         None,
         None,
-        (range(0, 4), 0, 2),
-        (range(0, 4), 1, 2),
+        (range(0, 4), 0, 2, 4),
+        (range(0, 4), 1, 2, 4),
     ]
     # all filtered: one micro-step (the last) still runs, with a pad row
-    assert packing_plan(torch.tensor([[0, 0, 0], [0, 0, 0]]), 1, 3, 0, 8) == [None, None, (range(0, 3), 0, 1)]
-    # one rank with zero kept rows follows the other rank's count
+    assert packing_plan(torch.tensor([[0, 0, 0], [0, 0, 0]]), 1, 3, 0, 8) == [
+        None,
+        None,
+        (range(0, 3), 0, 1, 1),
+    ]
+    # one rank with zero kept rows follows the other rank's count and pads to its row count
     assert packing_plan(torch.tensor([[0, 0], [3, 3]]), 1, 2, 0, 4) == [
-        (range(0, 2), 0, 2),
-        (range(0, 2), 1, 2),
+        (range(0, 2), 0, 2, 3),
+        (range(0, 2), 1, 2, 3),
     ]
     # nothing dropped: every micro-step runs, one slot each
-    assert packing_plan(torch.tensor([[4, 4]]), 1, 2, 0, 4) == [(range(0, 2), 0, 2), (range(0, 2), 1, 2)]
+    assert packing_plan(torch.tensor([[4, 4]]), 1, 2, 0, 4) == [
+        (range(0, 2), 0, 2, 4),
+        (range(0, 2), 1, 2, 4),
+    ]
     assert packed_rows(5, 0, 2).tolist() == [0, 1, 2] and packed_rows(5, 1, 2).tolist() == [3, 4]
     assert packed_rows(0, 0, 1).numel() == 0
 
