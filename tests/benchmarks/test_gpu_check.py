@@ -1,0 +1,79 @@
+"""benchmarks/gpu_check.py: its command matrix, its table, its exit status; the CUDA paths fail clearly
+without a GPU. (The runs themselves are the recipe's, tested in tests/recipes.)"""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from benchmarks import gpu_check
+from tests.conftest import REPO_ROOT
+
+
+def test_dry_run_lists_every_config_and_recipe_with_one_process(capsys):
+    assert gpu_check.main(["--dry-run"]) == 0
+    commands = capsys.readouterr().out.strip().splitlines()
+    assert len(commands) == len(gpu_check.ACCELERATE_CONFIGS) * len(gpu_check.RECIPES) == 8
+    assert all("--num_processes 1" in c and "--max_steps 30" in c for c in commands)
+    assert any("zero3.yaml" in c and "ref-refresh.yaml" in c for c in commands)
+
+
+def test_cpu_matrix_uses_the_cpu_deepspeed_configs(capsys):
+    gpu_check.main(["--dry-run", "--cpu", "--configs", "zero3", "--recipes", "grpo"])
+    (command,) = capsys.readouterr().out.strip().splitlines()
+    assert (
+        "cpu-zero3.yaml" in command
+        and "--use_cpu true --bf16 false" in command
+        and "--max_steps 3" in command
+    )
+
+
+def result(code, first=None, last=None):
+    return {
+        "exit": code,
+        "reward_first": first,
+        "reward_last": last,
+        "seconds": 12.0,
+        "tail": "ValueError: boom",
+    }
+
+
+def test_table_marks_expected_refusals_and_failures():
+    rows = gpu_check.table(
+        {
+            ("single", "grpo"): result(0, 0.15, 1.0),
+            ("zero3", "ref-refresh"): result(1),
+            ("fsdp2", "ref-refresh"): result(1),
+        }
+    ).splitlines()
+    assert rows[2] == "| single | grpo | 0 | 0.150 -> 1.000 | 12 |  |"
+    assert rows[3].startswith("| zero3 | ref-refresh | 1 | - |") and "FAILED: ValueError: boom" in rows[3]
+    assert rows[4].endswith("| refused by design: FSDP + reference adapter |")
+
+
+def test_exit_status_counts_unexpected_outcomes(monkeypatch, tmp_path):
+    outcomes = {"grpo": result(0, 0.1, 0.9), "ref-refresh": result(0, 0.1, 0.9)}
+    monkeypatch.setattr(
+        gpu_check,
+        "run_one",
+        lambda cmd, out, timeout: outcomes[cmd[cmd.index("--config") + 1].split("/")[-1][:-5]],
+    )
+    assert gpu_check.main(["--cpu", "--configs", "single"]) == 0
+    assert gpu_check.main(["--cpu", "--configs", "fsdp2"]) == 1  # fsdp2 + ref-refresh ran: unexpected
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a CUDA GPU")
+@pytest.mark.parametrize("module", ["benchmarks", "benchmarks.filtering"])
+def test_device_cuda_without_a_gpu_fails_with_the_fix(module):
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--device", "cuda"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert (
+        "--device cuda" in done.stderr and "sees no CUDA GPU" in done.stderr and "--device cpu" in done.stderr
+    )
