@@ -19,6 +19,12 @@ def test_dry_run_lists_every_config_and_recipe_with_one_process(capsys):
     assert any("zero3.yaml" in c and "ref-refresh.yaml" in c for c in commands)
 
 
+def test_cpu_matrix_leaves_out_fsdp2(capsys):
+    gpu_check.main(["--dry-run", "--cpu"])
+    commands = capsys.readouterr().out.strip().splitlines()
+    assert len(commands) == 6 and not any("fsdp2" in c for c in commands)
+
+
 def test_cpu_matrix_uses_the_cpu_deepspeed_configs(capsys):
     gpu_check.main(["--dry-run", "--cpu", "--configs", "zero3", "--recipes", "grpo"])
     (command,) = capsys.readouterr().out.strip().splitlines()
