@@ -5,7 +5,9 @@ TRL's `_prepare_inputs` splits the batch returned by `_generate_and_score_comple
 So each rank keeps its signal rows, all ranks agree on one row count (the max kept, rounded up to a
 multiple of `steps_per_generation`, at least one row per micro-step), and short ranks are padded with
 rows whose loss mask and advantage are zero. Completion columns that only pad rows used are trimmed.
-Pure torch; the cross-rank max is done by the caller.
+Packing (`packing_plan`): the kept rows of the buffered micro-batches are then moved into as few micro-steps
+of `per_device_train_batch_size` rows as possible, without leaving their optimizer step, and the micro-steps
+left empty run nothing. Pure torch; the cross-rank max / all-gather is done by the caller.
 """
 
 import math

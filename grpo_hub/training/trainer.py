@@ -4,6 +4,8 @@
 - `_generate_and_score_completions`: call TRL, then edit its output dict: recompute advantages (adv_norm,
   whitening, clipping, KL in the reward), geometric-mean vLLM IS weights, zero-signal row dropping.
 - `_compute_loss`: TRL's loss unless loss_agg_mode or turn-level ratios need the own path.
+- `_prepare_inputs` (TRL's buffered generation batch) and `training_step`: under filtering, the kept rows are
+  packed into fewer micro-steps and the empty ones run no forward/backward (`algos.filtering.packing_plan`).
 Every formula lives in `grpo_hub.algos` (advantages, losses, importance, filtering); the helpers of this wing get
 narrow inputs (callables, a metrics dict) from here. Nothing here copies TRL code.
 """
