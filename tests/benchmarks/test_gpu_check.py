@@ -1,14 +1,12 @@
 """benchmarks/gpu_check.py: its command matrix, its table, its exit status; the CUDA paths fail clearly
 without a GPU. (The runs themselves are the recipe's, tested in tests/recipes.)"""
 
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from benchmarks import gpu_check
-from tests.conftest import REPO_ROOT
+from benchmarks.__main__ import main as benchmarks_main
+from benchmarks.filtering import main as filtering_main
 
 
 def test_dry_run_lists_every_config_and_recipe_with_one_process(capsys):
@@ -70,16 +68,11 @@ def test_exit_status_counts_unexpected_outcomes(monkeypatch, tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a CUDA GPU")
-@pytest.mark.parametrize("module", ["benchmarks", "benchmarks.filtering"])
-def test_device_cuda_without_a_gpu_fails_with_the_fix(module):
-    done = subprocess.run(
-        [sys.executable, "-m", module, "--device", "cuda"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 1
-    assert (
-        "--device cuda" in done.stderr and "sees no CUDA GPU" in done.stderr and "--device cpu" in done.stderr
-    )
+@pytest.mark.parametrize(
+    "main", [benchmarks_main, filtering_main], ids=["benchmarks", "benchmarks.filtering"]
+)
+def test_device_cuda_without_a_gpu_fails_with_the_fix(main):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cuda"])
+    message = str(exit_info.value.code)
+    assert "--device cuda" in message and "sees no CUDA GPU" in message and "--device cpu" in message
