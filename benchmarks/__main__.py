@@ -2,7 +2,8 @@
 
 Prints the machine and its load first (the numbers mean little without them), then each benchmark's
 Markdown tables. `--quick` runs each benchmark's smallest setting (a smoke run; its ratios are noise).
-`--only NAME ...` runs a subset.
+`--only NAME ...` runs a subset. `--device cuda` runs the benchmarks that have a CUDA path (bf16, synchronized
+wall time, peak memory: `DEVICE_AWARE`) on the GPU and says which others it skips (they are CPU-only).
 """
 
 import argparse
@@ -15,6 +16,8 @@ import sys
 import torch
 import trl
 
+from benchmarks.common import check_device
+
 # Benchmark module -> its arguments for a --quick run.
 BENCHMARKS = {
     "step_time": ["--quick"],
@@ -24,6 +27,7 @@ BENCHMARKS = {
     "dynamic_sampling": ["--steps", "3"],
     "selective_rollout": ["--quick"],
 }
+DEVICE_AWARE = ("filtering",)  # benchmarks that take --device
 
 
 def machine_line() -> str:
@@ -39,11 +43,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smallest setting of every benchmark")
     parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these benchmarks")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     cli = parser.parse_args(argv)
+    if cli.device == "cuda":
+        check_device(cli.device)
     failed = []
     for name in cli.only or BENCHMARKS:
+        if cli.device == "cuda" and name not in DEVICE_AWARE:
+            print(f"\n# benchmarks.{name} — skipped: CPU-only (no --device cuda path)", flush=True)
+            continue
         print(f"\n# benchmarks.{name} — {machine_line()}", flush=True)
         command = [sys.executable, "-m", f"benchmarks.{name}", *(BENCHMARKS[name] if cli.quick else [])]
+        if name in DEVICE_AWARE:
+            command += ["--device", cli.device]
         if subprocess.run(command, check=False).returncode != 0:
             failed.append(name)
     print(f"\n# done — {machine_line()}")

@@ -41,8 +41,10 @@ QWEN25_05B_CONFIG = {  # Qwen/Qwen2.5-0.5B config.json (the shape only; weights 
     "max_position_embeddings": 32768,
     "tie_word_embeddings": True,
 }
-# Trainer kinds: plain TRL, grpo_hub with every extra feature off, grpo_hub with zero-signal filtering.
-TRL, HUB_OFF, HUB_FILTER = "trl", "hub-off", "hub-filter"
+# Trainer kinds: plain TRL, grpo_hub with every extra feature off, grpo_hub with zero-signal filtering (kept
+# rows packed into fewer micro-steps, the default), and filtering with every micro-step run, thinner.
+TRL, HUB_OFF, HUB_FILTER, HUB_FILTER_THIN = "trl", "hub-off", "hub-filter", "hub-filter-thin"
+DEVICES = ("cpu", "cuda")
 GROUP_SIZE = 4
 
 
@@ -52,15 +54,15 @@ def load_tokenizer():
 
 
 def random_model(tokenizer, shape: dict, seed: int = 0) -> Qwen2ForCausalLM:
-    """A Qwen2 causal LM of `shape` with random weights drawn from `seed` (fp32, tied embeddings)."""
+    """A Qwen2 causal LM of `shape` with random weights drawn from `seed` (fp32, tied embeddings, the
+    tokenizer's vocabulary unless `shape` sets vocab_size)."""
     torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=True,
+    settings = {
+        "vocab_size": len(tokenizer),
+        "tie_word_embeddings": True,
         **shape,
-    )
+    }  # shape may size the vocab
+    config = Qwen2Config(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **settings)
     return Qwen2ForCausalLM(config)
 
 
@@ -86,12 +88,21 @@ def group_position_reward(prompts, completions, signal, **kwargs) -> list[float]
     return [float(i % GROUP_SIZE) if keep else 0.0 for i, keep in enumerate(signal)]
 
 
-def grpo_args(kind: str, output_dir: str, **settings) -> GRPOConfig:
-    """CPU fp32 config for `kind`; `settings` are the GRPOConfig fields shared by every trainer kind."""
+def check_device(device: str) -> None:
+    """SystemExit with the fix when `device` is "cuda" and torch sees no CUDA GPU."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(
+            f"--device cuda: torch {torch.__version__} sees no CUDA GPU. Run on a machine with one (and a CUDA "
+            "build of torch), or use --device cpu."
+        )
+
+
+def grpo_args(kind: str, output_dir: str, device: str = "cpu", **settings) -> GRPOConfig:
+    """Config for `kind` (CPU: fp32; CUDA: bf16); `settings` are the GRPOConfig fields shared by every kind."""
     common = {
         "output_dir": output_dir,
-        "use_cpu": True,
-        "bf16": False,
+        "use_cpu": device == "cpu",
+        "bf16": device == "cuda",
         "report_to": "none",
         "save_strategy": "no",
         "disable_tqdm": True,
@@ -104,7 +115,10 @@ def grpo_args(kind: str, output_dir: str, **settings) -> GRPOConfig:
     }
     if kind == TRL:
         return GRPOConfig(**common)
-    return GRPOHubConfig(filter_zero_signal=kind == HUB_FILTER, **common)
+    filtering = kind in (HUB_FILTER, HUB_FILTER_THIN)
+    return GRPOHubConfig(
+        filter_zero_signal=filtering, zero_signal_pack=False if kind == HUB_FILTER_THIN else None, **common
+    )
 
 
 def build_trainer(kind: str, args: GRPOConfig, **trainer_kwargs):
@@ -129,10 +143,20 @@ class StepTimer(TrainerCallback):
     their RNG use differs in between (TRL shuffles fewer rows after filtering).
     """
 
-    def __init__(self, trainer):
+    def __init__(self, trainer, device: str = "cpu"):
         self.train, self.total = 0.0, 0.0
+        self.micro_steps, self.rows, self.peak_bytes = 0, 0, 0
         self._started, self._in_prepare, self._generations = 0.0, 0.0, 0
+        self._device = device
+        self.clock = time.process_time if device == "cpu" else _synchronized_wall_clock
         prepare, score = trainer._prepare_inputs, trainer._generate_and_score_completions
+
+        def count_training_forward(module, args, kwargs):
+            if torch.is_grad_enabled():  # TRL's scoring forwards run under no_grad
+                self.micro_steps += 1
+                self.rows += kwargs["input_ids"].shape[0]
+
+        trainer.model.register_forward_pre_hook(count_training_forward, with_kwargs=True)
 
         def seeded_score(*args, **kwargs):
             self._generations += 1
@@ -140,36 +164,55 @@ class StepTimer(TrainerCallback):
             return score(*args, **kwargs)
 
         def timed_prepare(*args, **kwargs):
-            start = time.process_time()
+            start = self.clock()
             out = prepare(*args, **kwargs)
-            self._in_prepare += time.process_time() - start
+            self._in_prepare += self.clock() - start
             return out
 
         trainer._prepare_inputs, trainer._generate_and_score_completions = timed_prepare, seeded_score
         trainer.add_callback(self)
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self._device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._device == "cuda":
+            self.peak_bytes = max(self.peak_bytes, torch.cuda.max_memory_allocated())
+
     def on_step_begin(self, args, state, control, **kwargs):
         self._in_prepare = 0.0
-        self._started = time.process_time()
+        self._started = self.clock()
 
     def on_step_end(self, args, state, control, **kwargs):
-        elapsed = time.process_time() - self._started
+        elapsed = self.clock() - self._started
         self.total += elapsed
         self.train += elapsed - self._in_prepare
 
     def take(self) -> tuple[float, float]:
-        """(training seconds, whole-step seconds) since the last call; resets the counters."""
+        """(training seconds, whole-step seconds) since the last call; resets those and the work counters."""
         out = (self.train, self.total)
         self.train, self.total, self._generations = 0.0, 0.0, 0
+        self.micro_steps, self.rows = 0, 0
         return out
 
 
-def interleaved_times(trainers: dict, reps: int) -> dict[str, list[tuple[float, float]]]:
+def _synchronized_wall_clock() -> float:
+    """Wall time after the GPU finished the queued work (CUDA kernels run asynchronously)."""
+    torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def interleaved_times(
+    trainers: dict, reps: int, device: str = "cpu", work: dict | None = None, peaks: dict | None = None
+) -> dict[str, list[tuple[float, float]]]:
     """Run `trainer.train()` once for warm-up, then `reps` interleaved times; {name: [(train s, total s)]}.
 
-    The order of the trainers is rotated every repetition, so no trainer always runs first or last.
+    The order of the trainers is rotated every repetition, so no trainer always runs first or last. CPU:
+    process CPU time; CUDA: wall time with `torch.cuda.synchronize`. When given, `work` receives {name:
+    (training micro-steps, rows trained)} of one repetition and `peaks` {name: peak CUDA bytes allocated}.
     """
-    timers = {name: StepTimer(trainer) for name, trainer in trainers.items()}
+    timers = {name: StepTimer(trainer, device) for name, trainer in trainers.items()}
     for name, trainer in trainers.items():
         trainer.train()
         timers[name].take()  # warm-up, discarded
@@ -179,7 +222,11 @@ def interleaved_times(trainers: dict, reps: int) -> dict[str, list[tuple[float, 
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:
             trainers[name].train()
+            if work is not None:
+                work[name] = (timers[name].micro_steps, timers[name].rows)
             times[name].append(timers[name].take())
+    if peaks is not None:
+        peaks.update({name: timer.peak_bytes for name, timer in timers.items()})
     return times
 
 

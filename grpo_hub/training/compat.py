@@ -13,6 +13,8 @@ TRL_SEAMS = {
     "_generate_and_score_completions": ["self", "inputs"],
     "_compute_loss": ["self", "model", "inputs"],
     "_get_per_token_logps_and_entropies": ["self", "model", "input_ids", "attention_mask", "logits_to_keep"],
+    "_prepare_inputs": ["self", "generation_batch"],  # reads/writes `_buffered_inputs` and `_step` (packing)
+    "training_step": ["self", "model", "inputs", "num_items_in_batch"],
 }
 
 

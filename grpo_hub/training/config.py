@@ -43,6 +43,10 @@ EFFECT_NEEDS = {
         "filter_zero_signal=True or dynamic_sampling=True",
         lambda c: c.filter_zero_signal or c.dynamic_sampling,
     ),
+    "zero_signal_pack": (
+        "filter_zero_signal=True or dynamic_sampling=True",
+        lambda c: c.filter_zero_signal or c.dynamic_sampling,
+    ),
     "dynamic_sampling_target_groups": ("dynamic_sampling=True", lambda c: c.dynamic_sampling),
     "dynamic_sampling_max_rounds": ("dynamic_sampling=True", lambda c: c.dynamic_sampling),
     "dynamic_sampling_on_cap": ("dynamic_sampling=True", lambda c: c.dynamic_sampling),
@@ -190,6 +194,17 @@ class GRPOHubConfig(GRPOConfig):
             "help": "Loss normaliser under filtering. 'kept' (DAPO): tokens/rows that are trained, so the loss is a "
             "mean over the kept rows. 'all': the normaliser of the unfiltered batch, which keeps TRL's gradient "
             "exactly (dropped rows would have contributed zero)."
+        },
+    )
+
+    zero_signal_pack: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Under filtering, pack the kept rows into as few micro-steps of per_device_train_batch_size rows "
+            "as possible (all ranks agree) and run no forward/backward for the micro-steps left empty; rows stay "
+            "in their optimizer step, so the gradient is unchanged. None: on whenever filtering is on and the loss "
+            "does not depend on micro-batch composition (not bnpo, not top_entropy_quantile < 1). True: required "
+            "(error when it cannot apply). False: every micro-step runs, thinner (the pre-packing behaviour)."
         },
     )
 
@@ -416,6 +431,9 @@ class GRPOHubConfig(GRPOConfig):
                     f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
                     f"set num_generations >= 2 or {switch}=False.",
                 )
+        if self.zero_signal_pack:  # without filtering: EFFECT_NEEDS
+            for reason in self._pack_blockers():
+                field_error("zero_signal_pack", f"cannot apply: {reason}.", "leave zero_signal_pack unset.")
         row_mean = self.loss_type in ROW_MEAN_LOSSES and self.loss_agg_mode is None
         if self.filter_zero_signal and row_mean and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
             field_error(
@@ -577,6 +595,20 @@ class GRPOHubConfig(GRPOConfig):
                 "set only one of dual_clip_c and delta.",
             )
         self.delta = self.dual_clip_c
+
+    def _pack_blockers(self) -> list[str]:
+        """Why moving rows between micro-steps would change the gradient (empty: packing is exact)."""
+        reasons = []
+        if self.loss_type == "bnpo" and self.loss_agg_mode is None:
+            reasons.append("loss_type='bnpo' is a token mean over each micro-batch")
+        if self.top_entropy_quantile < 1.0:
+            reasons.append("top_entropy_quantile < 1 takes its entropy quantile over each micro-batch")
+        return reasons
+
+    @property
+    def packs_rows(self) -> bool:
+        """Whether GRPOHubTrainer packs the kept rows of a filtered batch into fewer micro-steps."""
+        return self.filter_zero_signal and self.zero_signal_pack is not False and not self._pack_blockers()
 
     @property
     def uses_own_loss(self) -> bool:

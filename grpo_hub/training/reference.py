@@ -158,12 +158,13 @@ def paired_parameters(
         if ref_name is None:
             continue
         ref_param = params.get(ref_name)
-        if (
-            ref_param is None
-            or _full_shape(ref_param) != _full_shape(param)
-            or ref_param.dtype != param.dtype
-        ):
+        if ref_param is None:
             unpaired.append(name)
+        elif _full_shape(ref_param) != _full_shape(param) or ref_param.dtype != param.dtype:
+            unpaired.append(
+                f"{name} ({param.dtype}, {tuple(_full_shape(param))} vs {ref_param.dtype}, "
+                f"{tuple(_full_shape(ref_param))})"
+            )
         else:
             pairs.append((ref_name, param, ref_param))
     paired_refs = {ref_name for ref_name, _, _ in pairs}
@@ -209,6 +210,24 @@ def refresh_reference_adapter(model, alpha: float = 1.0, ref: str = REF_ADAPTER)
         broadcast_unpartitioned(ref_params)
 
 
+def match_trained_dtypes(model, trained: str, ref: str = REF_ADAPTER) -> int:
+    """Cast each tensor of the newly added adapter `ref` to the dtype of its trained partner; return how many.
+
+    PEFT's `add_adapter` upcasts a new adapter to float32 (`autocast_adapter_dtype=True`), while TRL builds
+    the trained adapter with `autocast_adapter_dtype=False` under DeepSpeed ZeRO-3 (trl#6089), so with bf16
+    the trained LoRA factors stay bf16 and the two adapters would not pair. Only for tensors that ZeRO has
+    not partitioned yet (the adapter is added before the engine is built).
+    """
+    params = dict(model.named_parameters())
+    cast = 0
+    for name, param in params.items():
+        ref_param = params.get(swap_adapter_name(name, trained, ref) or "")
+        if ref_param is not None and ref_param.dtype != param.dtype and not hasattr(ref_param, "ds_id"):
+            ref_param.data = ref_param.data.to(param.dtype)
+            cast += 1
+    return cast
+
+
 def add_reference_adapter(model, ref: str = REF_ADAPTER) -> bool:
     """Ensure `model` (a PeftModel) holds a frozen adapter `ref` equal to the trained adapter.
 
@@ -223,6 +242,7 @@ def add_reference_adapter(model, ref: str = REF_ADAPTER) -> bool:
         ref_config = copy.deepcopy(model.peft_config[trained])
         ref_config.inference_mode = True
         model.add_adapter(ref, ref_config)  # PEFT keeps the active adapter and its trainable flags
+        match_trained_dtypes(model, trained, ref)
     freeze_reference_adapter(model, ref)
     paired_parameters(model, trained, ref)
     if added:

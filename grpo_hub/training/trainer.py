@@ -7,6 +7,8 @@
   calling TRL, selective rollout (GRESO) may replace prompts predicted zero-signal; after the rewards, it
   records their outcome.
 - `_compute_loss`: TRL's loss unless loss_agg_mode or turn-level ratios need the own path.
+- `_prepare_inputs` (TRL's buffered generation batch) and `training_step`: under filtering, the kept rows are
+  packed into fewer micro-steps and the empty ones run no forward/backward (`algos.filtering.packing_plan`).
 Every formula lives in `grpo_hub.algos` (advantages, losses, importance, filtering); the helpers of this wing get
 narrow inputs (callables, a metrics dict) from here. Nothing here copies TRL code.
 """
@@ -20,7 +22,13 @@ from trl.trainer.utils import use_adapter
 
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos import importance, losses
-from grpo_hub.algos.filtering import agreed_row_count, keep_rows
+from grpo_hub.algos.filtering import (
+    agreed_row_count,
+    concat_micro_batches,
+    keep_rows,
+    packed_rows,
+    packing_plan,
+)
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.config import ROW_MEAN_LOSSES, GRPOHubConfig
 from grpo_hub.training.dynamic_sampling import DynamicSampler, GenerationBatchStream
@@ -65,6 +73,9 @@ class GRPOHubTrainer(GRPOTrainer):
             self._batch_stream = GenerationBatchStream(args.steps_per_generation * self.num_iterations)
         self._dynamic_sampler = self._make_dynamic_sampler() if args.dynamic_sampling else None
         self._selector = self._make_selector() if args.selective_rollout else None
+        self._packing_plan = None  # per position of the generation cycle: rows to train, or None (skipped)
+        self._window_position = 0  # micro-steps of the current optimizer step already run
+        self._ready_micro_batch = None  # packed micro-batch handed to transformers' training_step
         self._turn_credit = None
         if args.turn_advantages:
             self._turn_credit = TurnCredit(
@@ -356,6 +367,62 @@ class GRPOHubTrainer(GRPOTrainer):
         metrics["filter/rows_trained"].append(float(kept_rows))
         metrics["filter/rows_padded"].append(float(num_rows * self.accelerator.num_processes - kept_rows))
         return output
+
+    # --- packing: run fewer, fuller micro-steps when rows were dropped ---
+    def training_step(self, model, inputs, num_items_in_batch):
+        """TRL's step; with `zero_signal_pack`, a micro-step the packing plan leaves empty runs nothing.
+
+        The plan (`algos.filtering.packing_plan`) is the same on every rank and always runs the micro-step
+        that ends an optimizer step, so DDP's gradient reduction and DeepSpeed's step happen as usual.
+        """
+        if not self.args.packs_rows:
+            return super().training_step(model, inputs, num_items_in_batch)
+        model.train()  # TRL's _prepare_inputs reads the mode; transformers sets it inside training_step
+        micro_batch = self._prepare_inputs(inputs)  # generates when due, on every rank
+        if micro_batch is None:
+            if self.accelerator.sync_gradients:
+                raise RuntimeError("packing plan skipped the micro-step that ends an optimizer step")
+            self._step += 1
+            self._window_position += 1
+            return torch.zeros((), device=self.args.device)
+        self._ready_micro_batch = micro_batch
+        loss = super().training_step(model, micro_batch, num_items_in_batch)
+        self._window_position = 0 if self.accelerator.sync_gradients else self._window_position + 1
+        return loss
+
+    def _prepare_inputs(self, generation_batch):
+        if generation_batch is self._ready_micro_batch:  # already packed by training_step
+            self._ready_micro_batch = None
+            return generation_batch
+        if not (self.args.packs_rows and self.model.training):
+            return super()._prepare_inputs(generation_batch)
+        buffer = self._buffered_inputs
+        super()._prepare_inputs(generation_batch)
+        if self._buffered_inputs is not buffer:  # TRL generated and buffered a new generation batch
+            self._plan_packing()
+        entry = self._packing_plan[self._step % len(self._packing_plan)]
+        if entry is None:
+            return None
+        slots, chunk, chunks, num_rows = entry
+        segment = concat_micro_batches([self._buffered_inputs[slot] for slot in slots])
+        carrying = segment["completion_mask"].any(dim=1).nonzero().squeeze(1)
+        keep = torch.zeros_like(segment["completion_mask"][:, 0], dtype=torch.bool)
+        keep[carrying[packed_rows(carrying.numel(), chunk, chunks)]] = True
+        return keep_rows(segment, keep, num_rows, self.pad_to_multiple_of)  # same row count on every rank
+
+    def _plan_packing(self) -> None:
+        """Agree (one all-gather) on the packing plan of the buffered generation batch; log micro-steps run."""
+        rows = torch.stack([b["completion_mask"].any(dim=1).sum() for b in self._buffered_inputs])
+        rows = self._gather(rows.unsqueeze(0)).cpu()
+        self._packing_plan = packing_plan(
+            rows,
+            self.num_iterations,
+            self.args.gradient_accumulation_steps,
+            self._window_position,
+            self.args.per_device_train_batch_size,
+        )
+        runs = sum(entry is not None for entry in self._packing_plan)
+        self._metrics["train"]["filter/micro_steps_run"].append(float(runs))
 
     @staticmethod
     def _row_scale(inputs, rows_averaged) -> float:

@@ -163,6 +163,7 @@ INVALID = [
     ("epsilon", {"epsilon": math.nan}),
     ("delta", {"delta": math.nan}),
     ("selective_rollout", {"selective_rollout": True, "num_generations": 1}),
+    ("zero_signal_pack", {"zero_signal_pack": True, "filter_zero_signal": True, "loss_type": "bnpo"}),
     ("reward_norm", {"selective_rollout": True, "reward_norm": "batch"}),
     ("selective_rollout_id_column", {"selective_rollout_id_column": "id"}),  # feature off
     (
@@ -264,6 +265,7 @@ EFFECTIVE = {
     "ref_adapter_sync_steps": (10, {"ref_adapter_sync_on": "steps", "beta": 0.1}),
     "ref_adapter_mixup_alpha": (0.5, {"ref_adapter_sync_on": "epoch", "beta": 0.1}),
     "ref_adapter_save": (True, {"beta": 0.1}),
+    "zero_signal_pack": (False, {"filter_zero_signal": True}),
     "selective_rollout_id_column": ("id", {"selective_rollout": True}),
     "selective_rollout_target_zero_frac": (0.5, {"selective_rollout": True}),
     "selective_rollout_explore_init": (0.7, {"selective_rollout": True}),

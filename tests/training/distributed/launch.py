@@ -94,6 +94,16 @@ def partitioned_zero3_config(folder: Path) -> Path:
     return path
 
 
+def zero3_config(folder: Path, init_flag: bool) -> Path:
+    """recipes/accelerate/cpu-zero3.yaml with `zero3_init_flag` set, written into `folder`. Its inline DeepSpeed
+    settings (unlike a deepspeed_config_file) tell TRL the ZeRO stage, so TRL keeps LoRA in the model dtype."""
+    text = (ACCELERATE_CONFIGS / "cpu-zero3.yaml").read_text()
+    assert "zero3_init_flag: true" in text
+    path = Path(folder) / f"cpu-zero3-init{int(init_flag)}.yaml"
+    path.write_text(text.replace("zero3_init_flag: true", f"zero3_init_flag: {str(init_flag).lower()}"))
+    return path
+
+
 def run_accelerate(
     config: str, script: str, args: list[str] | tuple[str, ...] = (), timeout: float = 600
 ) -> dict:

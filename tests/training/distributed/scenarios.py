@@ -7,7 +7,8 @@ rank 0 gets prompts [0, p), rank 1 gets [p, 2p), then rank 0 [2p, 3p), ... . The
 rank-0 position:
 - "rank1-flat": live reward = visible length of the completion / 100 (varies within almost every group);
 - "task-rank1-flat": live reward = the built-in task's reward (logged as `rewards/task_on_live/mean`);
-- "all-flat": every prompt flat.
+- "all-flat": every prompt flat;
+- "half-flat": every other prompt flat on both ranks (each rank keeps half of its rows), live as in "rank1-flat".
 Each rank records which kinds it scored, so the tests check that the layout really landed as intended.
 """
 
@@ -17,13 +18,15 @@ from collections import Counter
 
 from grpo_hub.tasks import DEFAULT_TASK, get_reward_funcs, load_task_dataset
 
-SCENARIOS = ("task", "rank1-flat", "task-rank1-flat", "all-flat")
+SCENARIOS = ("task", "rank1-flat", "task-rank1-flat", "all-flat", "half-flat")
 FLAT_REWARD = 0.5
 
 
 def _kind(scenario: str, index: int, prompts_per_rank: int) -> str:
     if scenario == "all-flat":
         return "flat"
+    if scenario == "half-flat":
+        return "flat" if index % 2 else "live"
     on_rank1 = (index // prompts_per_rank) % 2 == 1
     return "flat" if on_rank1 else "live"
 

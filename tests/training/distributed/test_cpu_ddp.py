@@ -29,35 +29,37 @@ def run_ddp(*args: str, hub_config: dict | None = None) -> dict:
 
 @pytest.fixture(scope="module")
 def trl_rank1_flat() -> dict:
-    """Plain trl.GRPOTrainer, 2 steps on the rank1-flat data (the harness check and the baseline)."""
-    return run_ddp("--scenario", "rank1-flat", "--max-steps", "2")
+    """Plain trl.GRPOTrainer, 2 steps of 2 micro-steps on the rank1-flat data (the harness check and the baseline)."""
+    return run_ddp("--scenario", "rank1-flat", "--max-steps", "2", "--grad-accum", "2")
 
 
 def test_plain_trl_runs_on_two_gloo_ranks_with_the_crafted_layout(trl_rank1_flat):
     result = trl_rank1_flat
     assert_two_rank_world(result, "MULTI_CPU")
     assert result["trainer"] == "GRPOTrainer"
-    assert result["ranks"][0]["scored"] == {"live": 2 * ROWS_PER_RANK}
-    assert result["ranks"][1]["scored"] == {"flat": 2 * ROWS_PER_RANK}
+    assert result["ranks"][0]["scored"] == {"live": 2 * 2 * ROWS_PER_RANK}
+    assert result["ranks"][1]["scored"] == {"flat": 2 * 2 * ROWS_PER_RANK}
     assert [entry["frac_reward_zero_std"] for entry in step_logs(result)] == [0.5, 0.5]
     assert_trained_in_sync(result, steps=2)
 
 
 def test_rank_with_every_row_filtered_trains_like_trl(trl_rank1_flat):
-    """Rank 1 keeps no row; with normaliser "all" the update must equal plain TRL's on the same batches."""
+    """Rank 1 keeps no row; with normaliser "all" the update must equal plain TRL's on the same batches, with the
+    kept rows repacked over the 2 micro-steps (as many as rank 0's kept rows need, on both ranks)."""
     config = {"filter_zero_signal": True, "zero_signal_normalizer": "all"}
-    result = run_ddp("--scenario", "rank1-flat", "--max-steps", "2", hub_config=config)
+    result = run_ddp("--scenario", "rank1-flat", "--max-steps", "2", "--grad-accum", "2", hub_config=config)
     assert_two_rank_world(result, "MULTI_CPU")
     assert result["trainer"] == "GRPOHubTrainer"
-    assert result["ranks"][1]["scored"] == {"flat": 2 * ROWS_PER_RANK}, (
+    assert result["ranks"][1]["scored"] == {"flat": 2 * 2 * ROWS_PER_RANK}, (
         "rank 1 must see only zero-signal groups"
     )
     assert_trained_in_sync(result, steps=2)
     for entry, trl_entry in zip(step_logs(result), step_logs(trl_rank1_flat), strict=True):
         assert entry["filter/frac_rows_dropped"] == 0.5
         kept = entry["filter/rows_trained"]
-        assert 0 < kept <= ROWS_PER_RANK
+        assert 0 < kept <= 2 * ROWS_PER_RANK  # rank 0's rows of its 2 micro-batches
         assert entry["filter/rows_padded"] == kept, "rank 1 pads up to rank 0's kept rows"
+        assert entry["filter/micro_steps_run"] == math.ceil(kept / ROWS_PER_RANK)  # rank 1 pads each of them
         assert entry["loss"] == pytest.approx(trl_entry["loss"], rel=1e-3, abs=1e-6)
         assert entry["grad_norm"] == pytest.approx(trl_entry["grad_norm"], rel=1e-3)
 
@@ -72,6 +74,7 @@ def test_all_rows_filtered_on_both_ranks_is_a_no_op_step():
         assert entry["filter/frac_rows_dropped"] == 1.0
         assert entry["filter/rows_trained"] == 0
         assert entry["filter/rows_padded"] == 2 * 2  # ranks x steps_per_generation
+        assert entry["filter/micro_steps_run"] == 1  # the one that ends the optimizer step, on one pad row
         assert entry["loss"] == 0.0 and entry["grad_norm"] == 0.0
     for rank in result["ranks"]:
         assert rank["params_finite"] and rank["max_param_change"] == 0.0

@@ -56,3 +56,27 @@ def test_lora_training_with_one_rank_fully_filtered(config, hub_config):
     rewards = [entry["rewards/task_on_live/mean"] for entry in logs]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last > first + 0.15, rewards
+
+
+@pytest.mark.parametrize("config", ["cpu-zero2.yaml", "cpu-zero3.yaml"], ids=["zero2", "zero3"])
+def test_packed_filtering_matches_unpacked_under_deepspeed(config):
+    """2 micro-steps of 8 rows per optimizer step, every other group flat on both ranks: packing runs 1 of them
+    (8 kept rows per rank) and the update equals running both, thinner (loss, grad norm, final weights)."""
+    requires("deepspeed", "ZeRO-2/3 on 2 CPU ranks")
+    args = ["--trainer", "hub", "--lora", "--scenario", "half-flat", "--grad-accum", "2"]
+    args += ["--max-steps", "2", "--learning-rate", "5e-2", "--seed", "3"]
+    runs = {}
+    for pack in (False, None):
+        hub_config = json.dumps({"filter_zero_signal": True, "zero_signal_pack": pack})
+        runs[pack] = run_accelerate(
+            config, "grpo_worker.py", [*args, "--hub-config", hub_config], timeout=560
+        )
+        assert_two_rank_world(runs[pack], "DEEPSPEED")
+        assert_trained_in_sync(runs[pack], steps=2)
+    packed, thin = step_logs(runs[None]), step_logs(runs[False])
+    assert [entry["filter/micro_steps_run"] for entry in packed] == [1.0, 1.0]
+    assert all("filter/micro_steps_run" not in entry for entry in thin)
+    for a, b in zip(packed, thin, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)
+    assert runs[None]["param_fingerprint"] == pytest.approx(runs[False]["param_fingerprint"], rel=1e-6)

@@ -98,6 +98,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: never)")
     parser.add_argument("--output-dir", default=None, help="trainer output dir (default: in --result-dir)")
     parser.add_argument("--resume", default=None, help="checkpoint folder to resume from")
+    parser.add_argument(
+        "--bf16", action="store_true", help="bf16 mixed precision (TRL keeps LoRA in bf16 under ZeRO-3)"
+    )
     parser.add_argument("--result-dir", required=True)
     return parser.parse_args()
 
@@ -114,6 +117,9 @@ def main() -> None:
         ref_adapter_sync_on="steps",
         ref_adapter_sync_steps=args.sync_steps,
         ref_adapter_mixup_alpha=args.alpha,
+        bf16=args.bf16,
+        # Loaded in bf16 as the recipe does on GPUs: TRL then keeps the LoRA factors bf16 under ZeRO-3.
+        model_init_kwargs={"dtype": "bfloat16"} if args.bf16 else None,
     )
     probe = HashProbe(args.perturb_rank1_ref)
     trainer = GRPOHubTrainer(
@@ -138,6 +144,7 @@ def main() -> None:
             p.requires_grad for n, p in peft_model.named_parameters() if f".{REF_ADAPTER}." in n
         ),
         "refreshed_at": trainer._reference_callback.refreshed_at,
+        "adapter_dtypes": sorted({str(p.dtype) for n, p in peft_model.named_parameters() if "lora_" in n}),
         "steps": probe.steps,  # step N: recorded before the refresh of step N (the probe runs first)
         "final": probe.record(trainer.model),  # after the last refresh
         "kl": {row["step"]: row["kl"] for row in trainer.state.log_history if "kl" in row},

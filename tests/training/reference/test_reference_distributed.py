@@ -1,5 +1,5 @@
-"""2 CPU ranks (DDP over gloo, DeepSpeed ZeRO-3): every rank ends with identical, correctly refreshed reference
-weights, and a ZeRO-3 resume continues with the saved reference. Each launch takes ~40-60 s."""
+"""2 CPU ranks (DDP over gloo, DeepSpeed ZeRO-3 in fp32 and bf16): every rank ends with identical, correctly
+refreshed reference weights, and a ZeRO-3 resume continues with the saved reference. Each launch takes ~40-60 s."""
 
 import shutil
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import requires
-from tests.training.distributed.launch import partitioned_zero3_config, run_accelerate
+from tests.training.distributed.launch import partitioned_zero3_config, run_accelerate, zero3_config
 
 WORKER = str(Path(__file__).with_name("ref_worker.py"))
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -54,11 +54,30 @@ def test_zero3_refresh_and_resume(tmp_path):
     # ZeRO-3: each rank stores a different shard, yet the gathered reference equals the trained adapter.
     assert straight["ranks"][0]["final"]["local_ref"] != straight["ranks"][1]["final"]["local_ref"]
     _check_ranks(straight, hard=True)
+    _check_resume(straight, zero3, args, tmp_path)
 
+
+@pytest.mark.deepspeed
+def test_zero3_bf16_refresh_and_resume_with_and_without_init_flag(tmp_path):
+    """bf16 model under ZeRO-3: TRL keeps its LoRA factors bf16 (autocast_adapter_dtype=False) and the reference
+    adapter used to be added in fp32, so the trainer failed to build ("do not pair"), with either init flag.
+    The straight run is built under zero.Init, the resumed one without it."""
+    requires("deepspeed", "ZeRO-3 reference-adapter refresh under bf16")
+    args = ["--max-steps", "4", "--sync-steps", "2", "--save-steps", "2", "--bf16"]
+    zero3 = str(zero3_config(tmp_path, init_flag=True))
+    straight = run_accelerate(zero3, WORKER, [*args, "--output-dir", str(tmp_path / "a")], timeout=550)
+    assert "DEEPSPEED" in straight["distributed_type"]
+    assert straight["adapter_dtypes"] == ["torch.bfloat16"]
+    _check_ranks(straight, hard=True)
+    _check_resume(straight, str(zero3_config(tmp_path, init_flag=False)), args, tmp_path)
+
+
+def _check_resume(straight: dict, config: str, args: list[str], tmp_path) -> None:
+    """Resume from the straight run's step-2 checkpoint: the saved reference replaces the fresh copy."""
     checkpoint = tmp_path / "b" / "checkpoint-2"
     shutil.copytree(tmp_path / "a" / "checkpoint-2", checkpoint)
     resumed = run_accelerate(
-        zero3, WORKER, [*args, "--output-dir", str(tmp_path / "b"), "--resume", str(checkpoint)]
+        config, WORKER, [*args, "--output-dir", str(tmp_path / "b"), "--resume", str(checkpoint)]
     )
     for rank in resumed["ranks"]:
         assert rank["refreshed_at"] == [4]

@@ -131,6 +131,20 @@ def test_add_reference_adapter_is_frozen_inactive_and_equal():
     assert add_reference_adapter(model) is False  # idempotent: an existing "ref" is kept
 
 
+@pytest.mark.parametrize("autocast", [False, True])
+def test_reference_takes_the_trained_adapter_dtype_of_a_bf16_model(autocast):
+    """TRL keeps a bf16 model's LoRA in bf16 under ZeRO-3 (autocast_adapter_dtype=False) while PEFT's
+    add_adapter upcasts a new adapter to fp32: the reference must follow the trained adapter either way."""
+    model = get_peft_model(
+        _base_model().to(torch.bfloat16), MIXABLE_CONFIGS["lora"](), autocast_adapter_dtype=autocast
+    )
+    add_reference_adapter(model)
+    expected = torch.float32 if autocast else torch.bfloat16
+    pairs = paired_parameters(model, "default")
+    assert all(t.dtype == r.dtype == expected for _, t, r in pairs)
+    assert all(torch.equal(t, r) for _, t, r in pairs)
+
+
 def test_refresh_ema_matches_formula_and_hard_copy_is_exact():
     model = tiny_peft_model()
     add_reference_adapter(model)

@@ -1,0 +1,131 @@
+"""GPU check in minutes: the GRPO recipe under every accelerate config with one process, default and ref-refresh.
+
+For each of `single`, `zero2`, `zero3`, `fsdp2` (recipes/accelerate/<name>.yaml, `--num_processes 1`) and each
+recipe config (recipes/configs/grpo.yaml, ref-refresh.yaml), run
+
+    accelerate launch --config_file recipes/accelerate/<name>.yaml --num_processes 1 recipes/grpo.py \\
+        --config recipes/configs/<recipe>.yaml --max_steps N --output_dir <tmp>/<name>-<recipe>
+
+and print one Markdown table: exit status, and the mean reward of the first and last logged steps (from the
+recipe's run_summary.json). FSDP with the reference adapter is refused by design (exit 1 expected, marked).
+
+    python -m benchmarks.gpu_check                 # one CUDA GPU, 30 steps each (~1-2 min per run)
+    python -m benchmarks.gpu_check --cpu           # on CPU (use_cpu, fp32; cpu-zero* configs; no fsdp2)
+    python -m benchmarks.gpu_check --dry-run       # print the commands only
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ACCELERATE_CONFIGS = ("single", "zero2", "zero3", "fsdp2")
+RECIPES = ("grpo", "ref-refresh")
+CPU_CONFIG = {"zero2": "cpu-zero2", "zero3": "cpu-zero3"}  # DeepSpeed on CPU needs the CPU variants
+REFUSED = {("fsdp2", "ref-refresh"): "refused by design: FSDP + reference adapter"}
+# With use_cpu the fsdp2 config trains exactly like `single` (same rewards, ref-refresh not refused): FSDP is
+# not active on CPU, so --cpu leaves it out.
+CPU_CONFIGS = ("single", "zero2", "zero3")
+SUMMARY_FILE = "run_summary.json"  # written by recipes/grpo.py
+
+
+def command(config: str, recipe: str, output_dir: Path, steps: int, cpu: bool) -> list[str]:
+    """The `accelerate launch` command of one run."""
+    config_file = (
+        REPO / "recipes" / "accelerate" / f"{CPU_CONFIG.get(config, config) if cpu else config}.yaml"
+    )
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(config_file), "--num_processes", "1",
+        str(REPO / "recipes" / "grpo.py"),
+        "--config", str(REPO / "recipes" / "configs" / f"{recipe}.yaml"),
+        "--max_steps", str(steps), "--logging_steps", "1", "--output_dir", str(output_dir),
+    ]  # fmt: skip
+    if cpu:
+        cmd += ["--use_cpu", "true", "--bf16", "false"]
+    return cmd
+
+
+def run_one(cmd: list[str], output_dir: Path, timeout: float) -> dict:
+    """Run one command; {exit, reward_first, reward_last, seconds, tail} (rewards None when no summary)."""
+    start = time.perf_counter()
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    try:
+        done = subprocess.run(
+            cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        code, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as expired:
+        code, output = "timeout", str(expired.stdout or "")
+    summary_path = output_dir / SUMMARY_FILE
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    return {
+        "exit": code,
+        "reward_first": summary.get("reward_first"),
+        "reward_last": summary.get("reward_last"),
+        "seconds": time.perf_counter() - start,
+        "tail": output[-600:],
+    }
+
+
+def table(results: dict[tuple[str, str], dict]) -> str:
+    """Markdown table of the runs: config, recipe, exit status, reward first -> last, seconds, note."""
+    lines = [
+        "| accelerate config | recipe | exit | reward first -> last | seconds | note |",
+        "|---|---|---:|---|---:|---|",
+    ]
+    for (config, recipe), result in results.items():
+        first, last = result["reward_first"], result["reward_last"]
+        reward = f"{first:.3f} -> {last:.3f}" if first is not None and last is not None else "-"
+        note = REFUSED.get((config, recipe), "")
+        if note and result["exit"] == 0:
+            note = "UNEXPECTED: ran although " + note
+        elif not note and result["exit"] != 0:
+            note = "FAILED: " + " ".join(result["tail"].split())[-200:]
+        lines.append(
+            f"| {config} | {recipe} | {result['exit']} | {reward} | {result['seconds']:.0f} | {note} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu", action="store_true", help="run on CPU (use_cpu, fp32, cpu-zero* configs)")
+    parser.add_argument("--steps", type=int, help="optimizer steps per run (default 30 on GPU, 3 with --cpu)")
+    parser.add_argument(
+        "--configs", nargs="+", choices=ACCELERATE_CONFIGS, help="default: all (--cpu: no fsdp2)"
+    )
+    parser.add_argument("--recipes", nargs="+", choices=RECIPES, default=list(RECIPES))
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    cli = parser.parse_args(argv)
+    steps = cli.steps or (3 if cli.cpu else 30)
+    configs = cli.configs or (CPU_CONFIGS if cli.cpu else ACCELERATE_CONFIGS)
+    if not cli.cpu and not cli.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("no CUDA GPU visible to torch: run with --cpu, or on a machine with a GPU.")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="grpo_hub_gpu_check_") as tmp:
+        for config in configs:
+            for recipe in cli.recipes:
+                output_dir = Path(tmp) / f"{config}-{recipe}"
+                cmd = command(config, recipe, output_dir, steps, cli.cpu)
+                print(" ".join(cmd), flush=True)
+                if not cli.dry_run:
+                    results[(config, recipe)] = run_one(cmd, output_dir, cli.timeout)
+    if cli.dry_run:
+        return 0
+    print(table(results))
+    unexpected = [key for key, r in results.items() if (r["exit"] == 0) == (key in REFUSED)]
+    return 1 if unexpected else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
