@@ -10,7 +10,7 @@ import difflib
 import functools
 import inspect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grpo_hub.compare.bank import CompareError, Limits, ModelBank, Sampling
 
@@ -84,12 +84,14 @@ def diff_segments(base: str, other: str) -> list[tuple[str, str | None]]:
 
 @dataclass
 class Column:
-    """One model's completions, their rewards (per reward function) and their diffs against the base."""
+    """One model's completions, their rewards (per reward function), their diffs against the base, and
+    what is known of the model (`provenance`: commit, url, step, variant; see bank.provenance)."""
 
     label: str
     completions: list[str]
     rewards: dict[str, list[float] | None]
     diffs: list[list[tuple[str, str | None]]] | None = None
+    provenance: dict = field(default_factory=dict)
 
     def mean_reward(self, name: str) -> float | None:
         """Mean of reward `name` over the completions, None if the reward could not be computed."""
@@ -113,7 +115,8 @@ def compare(
     columns = []
     for index, label in enumerate(bank.labels):
         completions = bank.generate(index, prompt, sampling)
-        columns.append(Column(label, completions, score(reward_names, prompt, completions)))
+        rewards = score(reward_names, prompt, completions)
+        columns.append(Column(label, completions, rewards, provenance=bank.provenance[index]))
     for column in columns[1:]:
         column.diffs = [
             diff_segments(b, o) for b, o in zip(columns[0].completions, column.completions, strict=True)
