@@ -82,9 +82,8 @@ def space_variables(base_model: str | None, adapters: str, public: bool) -> dict
         raise ValueError(
             "--adapters is empty. Fix: name the pushed adapters, e.g. --adapters alice/tiny-grpo@main."
         )
-    local = [
-        s for s in (*specs, base_model or "") if s.startswith(("/", "./", "../", "~")) or Path(s).exists()
-    ]
+    names = [s for s in (*specs, base_model) if s]
+    local = [s for s in names if s.startswith(("/", "./", "../", "~")) or Path(s).exists()]
     if local:
         raise ValueError(
             f"{local} are local paths, which a Space cannot read. Fix: push them first "
