@@ -113,7 +113,9 @@ def run_compare(
     except CompareError as error:
         raise gr.Error(str(error)) from error
     chart = reward_chart(columns)
-    return [*render_columns(columns, show_diff), gr.BarPlot(value=chart, visible=not chart.empty), columns]
+    order = list(dict.fromkeys(chart[CHART_COLUMNS[0]]))  # base first, then the adapters as listed
+    plot = gr.BarPlot(value=chart, sort=order, visible=not chart.empty)
+    return [*render_columns(columns, show_diff), plot, columns]
 
 
 def build_demo(base: str, adapters: str, public: bool = False) -> gr.Blocks:
