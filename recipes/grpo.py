@@ -38,6 +38,7 @@ from grpo_hub.tasks import (
     get_reward_funcs,
     load_task_dataset,
 )
+from grpo_hub.training.console import quiet_upstream_warnings, use_compact_progress
 
 logger = logging.getLogger(__name__)
 SUMMARY_FILE = "run_summary.json"
@@ -66,6 +67,12 @@ class RecipeArguments:
     )
     dataset_train_split: str = field(
         default="train", metadata={"help": "For task 'gsm8k': split to train on."}
+    )
+    full_logs: bool = field(
+        default=False,
+        metadata={
+            "help": "Print TRL's full metric dict at every logging step instead of the compact progress line."
+        },
     )
 
     def __post_init__(self):
@@ -181,8 +188,8 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
     )
     history = RewardHistory()
     callbacks = [history]
-    if training_args.push_to_hub:
-        callbacks.append(hub_push_callback(training_args, model_name))
+    push = hub_push_callback(training_args, model_name) if training_args.push_to_hub else None
+    callbacks += [push] if push else []
     trainer = GRPOHubTrainer(
         model=model_name,
         reward_funcs=get_reward_funcs(recipe_args.task),
@@ -191,12 +198,16 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
         peft_config=get_peft_config(model_args),
         callbacks=callbacks,
     )
+    if not recipe_args.full_logs:
+        use_compact_progress(trainer)
     start = time.perf_counter()
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     wall_seconds = time.perf_counter() - start
     trainer.save_model(training_args.output_dir)
 
     summary = summarize(trainer, history, train_output, wall_seconds, model_name, recipe_args.task)
+    if push and push.pushed:  # the final push: repo, branch and the commit it is pinned to
+        summary["pushed"] = {k: getattr(push.pushed[-1], k) for k in ("repo_id", "revision", "commit_sha")}
     if trainer.accelerator.is_main_process:
         Path(training_args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     trainer.accelerator.print(
@@ -205,10 +216,17 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
         f"mean reward first {summary['reward_first']:.3f} -> last {summary['reward_last']:.3f}; "
         f"saved to {summary['saved_to']} (summary: {SUMMARY_FILE})"
     )
+    if "pushed" in summary:
+        pushed = summary["pushed"]
+        trainer.accelerator.print(
+            f"pushed to the Hub: {pushed['repo_id']}@{pushed['revision']} (commit {pushed['commit_sha'][:7]}); "
+            f"compare it: grpo-hub compare --adapters {pushed['repo_id']}@{pushed['revision']}"
+        )
     trainer.end()
     return summary
 
 
 if __name__ == "__main__":
+    quiet_upstream_warnings()
     recipe_args, training_args, model_args = make_parser().parse_args_and_config()
     main(recipe_args, training_args, model_args)

@@ -71,23 +71,29 @@ def _plain(value):
     return None
 
 
-def _default_of(field: dataclasses.Field):
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return dataclasses.MISSING
+def _reference_values(args) -> dict:
+    """Field values of a default-constructed config of the same class (so values its __post_init__ derives,
+    like `epsilon` or `steps_per_generation`, count as defaults); the declared defaults if that fails."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reference = type(args)(output_dir=args.output_dir, use_cpu=args.use_cpu, bf16=args.bf16)
+        return {f.name: getattr(reference, f.name, None) for f in dataclasses.fields(args)}
+    except Exception:  # a config class that cannot be built bare: compare with the declared defaults
+        return {f.name: f.default for f in dataclasses.fields(args)}
 
 
 def changed_fields(args) -> dict:
     """Fields of a config dataclass that differ from its class defaults, minus bookkeeping and tokens."""
-    out = {}
+    reference, out = _reference_values(args), {}
     for field in dataclasses.fields(args):
         name = field.name
         if name in BOOKKEEPING or "token" in name.lower() or name.startswith("_"):
             continue
-        value, default = _plain(getattr(args, name, None)), _plain(_default_of(field))
-        if value is not None and value != default:
+        value, default = _plain(getattr(args, name, None)), _plain(reference.get(name))
+        if value not in (None, "", []) and value != default:
             out[name] = value
     return dict(sorted(out.items()))
 
