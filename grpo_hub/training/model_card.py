@@ -65,7 +65,7 @@ CARD_TEMPLATE = """---
 # {{ title }}
 
 A LoRA adapter trained with GRPO, loss variant **`{{ variant }}`**{% if step is not none %}, {{ step }} training steps{% endif %},
-with [grpo_hub](https://github.com/grpo-hub/grpo_hub) {{ versions["grpo_hub"] }} on TRL {{ versions["TRL"] }}.
+with grpo_hub {{ versions["grpo_hub"] }} (a plugin for TRL) on TRL {{ versions["TRL"] }}.
 {% if base_model %}Base model: `{{ base_model }}`.{% else %}The base model was not recorded.{% endif %}
 {% if local_base %}
 > **Note:** the base model is a local folder, so this adapter loads only where that folder exists.
