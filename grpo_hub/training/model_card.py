@@ -147,7 +147,10 @@ def lora_settings(adapter_config: Mapping | None) -> dict:
     for source, key in LORA_KEYS.items():
         if adapter_config and source in adapter_config:
             value = adapter_config[source]
-            out[key] = ", ".join(sorted(value)) if isinstance(value, list) else value
+            # PEFT may expand target modules to full paths: name each kind of module once
+            out[key] = (
+                ", ".join(sorted({v.split(".")[-1] for v in value})) if isinstance(value, list) else value
+            )
     return out
 
 

@@ -76,10 +76,15 @@ def _reference_values(args) -> dict:
     like `epsilon` or `steps_per_generation`, count as defaults); the declared defaults if that fails."""
     import warnings
 
+    from accelerate.state import PartialState
+
+    kwargs = {"output_dir": args.output_dir, "use_cpu": args.use_cpu, "bf16": args.bf16}
+    if PartialState._shared_state:  # a run is live: building TrainingArguments must not reset its state
+        kwargs["accelerator_config"] = {"use_configured_state": True}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            reference = type(args)(output_dir=args.output_dir, use_cpu=args.use_cpu, bf16=args.bf16)
+            reference = type(args)(**kwargs)
         return {f.name: getattr(reference, f.name, None) for f in dataclasses.fields(args)}
     except Exception:  # a config class that cannot be built bare: compare with the declared defaults
         return {f.name: f.default for f in dataclasses.fields(args)}

@@ -32,9 +32,23 @@ def test_train_push_deploy_compare(tmp_path, tiny_model_dir, monkeypatch, capsys
     from gradio_client import Client
     from huggingface_hub import HfApi, ModelCard, SpaceCard, snapshot_download
 
-    _, out = launch(tmp_path, "--max_steps", "4")  # the recipe's defaults: save_strategy "no"
     with FakeHub(TOKENS, lifetime_s=600) as hub:
         point_client_at(monkeypatch, hub.url, tmp_path / "hf_home")
+        live = ("--push_to_hub", "true", "--hub_model_id", "alice/tiny-grpo-live", "--hub_token", ALICE)
+        summary, out = launch(tmp_path, "--max_steps", "4", *live, env={"HF_HUB_OFFLINE": "0"})
+        console = (tmp_path / "console.log").read_text()
+        live_sha = hub.repos["alice/tiny-grpo-live"].branches["main"]
+        assert summary["pushed"] == {
+            "repo_id": "alice/tiny-grpo-live",
+            "revision": "main",
+            "commit_sha": live_sha,
+        }
+        assert f"pushed to the Hub: alice/tiny-grpo-live@main (commit {live_sha[:7]})" in console
+        assert "step 4/4  reward " in console and "'completions/mean_length'" not in console  # compact lines
+        assert "FutureWarning" not in console
+        assert set(hub.repos["alice/tiny-grpo-live"].branches) == {
+            "main"
+        }  # save_strategy "no": no step branch
 
         pushed = _grpo_hub(capsys, "push", str(out), "alice/tiny-grpo")
         sha = hub.repos["alice/tiny-grpo"].branches["main"]
