@@ -16,6 +16,7 @@ rewards per model.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -47,6 +48,7 @@ INTRO = (
     "<ins>green</ins> is new in the adapter, <del>red</del> is the base's."
 )
 CHART_COLUMNS = ("model", "mean reward", "reward function")
+logger = logging.getLogger(__name__)
 
 
 def default_config(base_model: str | None = None, adapters: str | None = None) -> tuple[str, str]:
@@ -105,13 +107,22 @@ def render_columns(columns: list[Column] | None, show_diff: bool) -> list:
 def run_compare(
     base, adapters, prompt, temperature, top_p, max_new_tokens, seed, n, rewards, show_diff=False
 ):
-    """Gradio handler: the column slots, the reward chart and the columns (kept to re-render the diffs)."""
+    """Gradio handler: the column slots, the reward chart and the columns (kept to re-render the diffs).
+
+    Every failure reaches the page as a `gr.Error`: a CompareError with its message, anything unexpected as
+    its type and message (the traceback goes to the server log).
+    """
     try:
         sampling = read_sampling(temperature, top_p, max_new_tokens, seed, n)
-        bank = load_bank(base.strip(), parse_adapter_specs(adapters))
+        bank = load_bank((base or "").strip(), parse_adapter_specs(adapters))
         columns = compare(bank, prompt, sampling, list(rewards or []), Limits.from_env())
     except CompareError as error:
         raise gr.Error(str(error)) from error
+    except Exception as error:
+        logger.exception("compare failed")
+        raise gr.Error(
+            f"the comparison failed unexpectedly ({type(error).__name__}: {error}); the server log has the details"
+        ) from error
     chart = reward_chart(columns)
     order = list(dict.fromkeys(chart[CHART_COLUMNS[0]]))  # base first, then the adapters as listed
     plot = gr.BarPlot(value=chart, sort=order, visible=not chart.empty)

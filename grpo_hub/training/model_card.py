@@ -16,6 +16,9 @@ import re
 from collections.abc import Mapping
 
 REWARD_CURVE = "reward_curve.png"
+# Front-matter key naming the branch a card was pushed to: a branch whose card names another branch holds no
+# adapter of its own (e.g. a push was interrupted after creating the branch from main; see hub/pull.py).
+PUSHED_REVISION = "grpo_hub_revision"
 BASE_TAGS = ("trl", "grpo", "grpo-hub", "lora")
 LORA_KEYS = {
     "r": "lora_r",
@@ -219,6 +222,14 @@ def reward_curve_png(log_history: list[dict]) -> bytes | None:
     return buffer.getvalue()
 
 
+def pushed_revision(card_text: str) -> str | None:
+    """The branch a grpo_hub card was pushed to (its `PUSHED_REVISION` front matter); None for other cards."""
+    from huggingface_hub import ModelCard
+
+    value = ModelCard(card_text, ignore_metadata_errors=True).data.to_dict().get(PUSHED_REVISION)
+    return value if isinstance(value, str) else None
+
+
 def build_model_card(
     record: Mapping,
     *,
@@ -244,6 +255,7 @@ def build_model_card(
         pipeline_tag="text-generation",
         model_name=repo_id.split("/")[-1] if repo_id else None,
         tags=[*BASE_TAGS, variant],
+        **({PUSHED_REVISION: revision} if repo_id else {}),
     )
     config = {**record.get("config", {}), **lora_settings(adapter_config)}
     return ModelCard.from_template(

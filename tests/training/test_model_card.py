@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import json
 
-from grpo_hub.training.model_card import build_model_card, final_metrics, reward_curve_png
+from grpo_hub.training.model_card import build_model_card, final_metrics, pushed_revision, reward_curve_png
 from grpo_hub.training.run_record import changed_fields, loss_variant, read_run_record, run_record
 from tests.hub.fake_hub import validate_card_yaml
 
@@ -38,6 +38,9 @@ def test_card_metadata_validates_and_only_names_hub_base_models(tmp_path):
     assert 'AutoPeftModelForCausalLM.from_pretrained("alice/x", revision="step-2")' in hub_card.text
     assert "grpo-hub pull alice/x@step-2" in hub_card.text and "- TRL: " in hub_card.text
     assert "arXiv:2402.03300" in hub_card.text and "arXiv:2506.13585" in hub_card.text  # GRPO + CISPO
+    assert (
+        pushed_revision(str(hub_card)) == "step-2"
+    )  # the branch the card was pushed to (hub/pull.py checks it)
 
 
 def test_run_record_keeps_non_default_fields_the_variant_and_never_a_token(tmp_path):
