@@ -73,7 +73,13 @@ def _plain(value):
 
 def _reference_values(args) -> dict:
     """Field values of a default-constructed config of the same class (so values its __post_init__ derives,
-    like `epsilon` or `steps_per_generation`, count as defaults); the declared defaults if that fails."""
+    like `epsilon` or `steps_per_generation`, count as defaults); the declared defaults if that fails.
+
+    Built so that the live run is untouched: TrainingArguments.__post_init__ would otherwise reset the
+    accelerate state and, under `accelerate launch` with DeepSpeed (ACCELERATE_USE_DEEPSPEED), install a
+    default DeepSpeed config globally, after which this rank no longer knows it runs ZeRO-3.
+    """
+    import os
     import warnings
 
     from accelerate.state import PartialState
@@ -81,6 +87,7 @@ def _reference_values(args) -> dict:
     kwargs = {"output_dir": args.output_dir, "use_cpu": args.use_cpu, "bf16": args.bf16}
     if PartialState._shared_state:  # a run is live: building TrainingArguments must not reset its state
         kwargs["accelerator_config"] = {"use_configured_state": True}
+    use_deepspeed = os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -88,6 +95,9 @@ def _reference_values(args) -> dict:
         return {f.name: getattr(reference, f.name, None) for f in dataclasses.fields(args)}
     except Exception:  # a config class that cannot be built bare: compare with the declared defaults
         return {f.name: f.default for f in dataclasses.fields(args)}
+    finally:
+        if use_deepspeed is not None:
+            os.environ["ACCELERATE_USE_DEEPSPEED"] = use_deepspeed
 
 
 def changed_fields(args) -> dict:

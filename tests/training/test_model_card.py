@@ -84,3 +84,17 @@ def test_reward_curve_is_a_png_only_when_rewards_were_logged():
     assert reward_curve_png([{"loss": 1.0, "step": 1}]) is None
     image = Image.open(io.BytesIO(reward_curve_png(LOG)))
     assert image.format == "PNG" and image.size == (600, 350)
+
+
+def test_run_record_leaves_a_live_deepspeed_run_alone(tmp_path, monkeypatch):
+    """Building the reference config must not install another DeepSpeed config (ZeRO-3 ranks would desync)."""
+    from transformers.integrations import deepspeed
+
+    from grpo_hub.training.config import GRPOHubConfig
+
+    args = GRPOHubConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, learning_rate=0.5)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    before = deepspeed._hf_deepspeed_config_weak_ref
+    assert changed_fields(args)["learning_rate"] == 0.5
+    assert deepspeed._hf_deepspeed_config_weak_ref is before
+    assert __import__("os").environ["ACCELERATE_USE_DEEPSPEED"] == "true"
