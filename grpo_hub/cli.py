@@ -1,11 +1,13 @@
 """The `grpo-hub` command. Subcommands are registered in `SUBCOMMANDS` (one `register(subparsers)` each).
 
     grpo-hub push FOLDER OWNER/NAME [--revision main] [--base-model ID] [--private] [--token T]
-    grpo-hub pull OWNER/NAME[@REV] [--base-model ID_OR_PATH] [--merge] [--output-dir DIR] [--token T]
-    grpo-hub compare [--host 127.0.0.1] [--port 7860]   (serves the comparison Space until stopped)
+    grpo-hub pull OWNER/NAME[@REV] [--output-dir DIR [--merge]] [--base-model ID_OR_PATH] [--token T]
+    grpo-hub space deploy OWNER/NAME [--base-model ID] [--adapters SPECS] [--open-models] [--token T]
+    grpo-hub compare [--base-model ID] [--adapters SPECS] [--host 127.0.0.1] [--port 7860]
 
-Both print one JSON line (repo, revision, pinned commit sha, ...). A failure prints
-`grpo-hub: error: <what went wrong and the fix>` to stderr and exits with status 1.
+Each prints a few human-readable lines (`--json`: one JSON object for scripts). A failure prints
+`grpo-hub: error: <what went wrong and the fix>` to stderr and exits with status 1. A bare `grpo-hub`
+prints the help; `--version` the version.
 """
 
 from __future__ import annotations
@@ -14,6 +16,13 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+
+_JSON = argparse.ArgumentParser(add_help=False)
+_JSON.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
+
+
+def _short(sha: str | None) -> str:
+    return (sha or "")[:7]
 
 
 def _run_push(args: argparse.Namespace) -> dict:
@@ -32,19 +41,43 @@ def _run_push(args: argparse.Namespace) -> dict:
     return asdict(result)
 
 
+def _show_push(result: dict) -> str:
+    return (
+        f"pushed {len(result['files'])} files to {result['repo_id']}@{result['revision']} "
+        f"(commit {_short(result['commit_sha'])})\n  {result['commit_url']}"
+    )
+
+
 def _run_pull(args: argparse.Namespace) -> dict:
-    from grpo_hub.hub.pull import pull_adapter
+    from grpo_hub.hub.pull import download_adapter, pull_adapter
 
     if args.merge and not args.output_dir:
         raise ValueError("--merge writes a merged model folder. Fix: add --output-dir DIR.")
+    if not args.output_dir:  # resolve and download the adapter files only: no model is loaded
+        return asdict(download_adapter(args.spec, token=args.token))
     _, info = pull_adapter(
         args.spec, base_model=args.base_model, merge=args.merge, output_dir=args.output_dir, token=args.token
     )
     return asdict(info)
 
 
+def _show_pull(result: dict) -> str:
+    lines = [
+        f"{result['repo_id']}@{result['revision']} is commit {result['commit_sha']}",
+        f"  adapter files: {result['adapter_dir']}",
+        f"  base model:    {result['base_model'] or '(not recorded: pass --base-model)'}",
+    ]
+    if result.get("output_dir"):
+        lines.append(f"  written to:    {result['output_dir']}")
+    else:
+        lines.append("  load it with --output-dir DIR (add --merge for a merged model)")
+    return "\n".join(lines)
+
+
 def register_push(subparsers) -> None:
-    push = subparsers.add_parser("push", help="push a trained LoRA adapter (one commit) to a Hub branch")
+    push = subparsers.add_parser(
+        "push", parents=[_JSON], help="push a trained LoRA adapter (one commit) to a Hub branch"
+    )
     push.add_argument("folder", help="trainer output_dir or a checkpoint-<N> folder")
     push.add_argument("repo_id", help="'owner/name' of the model repo (created if missing)")
     push.add_argument("--revision", default="main", help="branch to commit to (created from main if missing)")
@@ -55,19 +88,74 @@ def register_push(subparsers) -> None:
     push.add_argument("--message", help="commit message")
     push.add_argument("--adapter-name", default="default", help="name of the trained adapter (never 'ref')")
     push.add_argument("--token", help="Hub access token (default: HF_TOKEN or the saved login)")
-    push.set_defaults(run=_run_push)
+    push.set_defaults(run=_run_push, show=_show_push)
 
 
 def register_pull(subparsers) -> None:
     pull = subparsers.add_parser(
-        "pull", help="load an adapter from 'owner/name@revision' (pinned to its commit)"
+        "pull",
+        parents=[_JSON],
+        help="resolve 'owner/name@revision' to its commit and fetch the adapter (--output-dir: load and save it)",
     )
     pull.add_argument("spec", help="'owner/name' or 'owner/name@revision' (branch, tag or commit sha)")
     pull.add_argument("--base-model", help="base model Hub id or folder (default: from adapter_config.json)")
     pull.add_argument("--merge", action="store_true", help="merge the adapter into the base model")
-    pull.add_argument("--output-dir", help="write the adapter (or, with --merge, the merged model) here")
+    pull.add_argument(
+        "--output-dir",
+        help="load the model and write the adapter (or, with --merge, the merged model) here; "
+        "without it the files are only downloaded to the HF cache",
+    )
     pull.add_argument("--token", help="Hub access token (default: HF_TOKEN or the saved login)")
-    pull.set_defaults(run=_run_pull)
+    pull.set_defaults(run=_run_pull, show=_show_pull)
+
+
+def _run_space_deploy(args: argparse.Namespace) -> dict:
+    from grpo_hub.compare.deploy import deploy_space
+
+    result = deploy_space(
+        args.space_id,
+        adapters=args.adapters,
+        base_model=args.base_model,
+        public=not args.open_models,
+        private=args.private,
+        token=args.token,
+    )
+    return asdict(result)
+
+
+def _show_space_deploy(result: dict) -> str:
+    variables = "\n".join(f"  {name} = {value}" for name, value in result["variables"].items())
+    return (
+        f"deployed Space {result['space_id']} (commit {_short(result['commit_sha'])})\n{variables}\n"
+        f"open it at {result['url']} (the Space builds for a few minutes first)"
+    )
+
+
+def register_space(subparsers) -> None:
+    """`grpo-hub space deploy`: the comparison Space on the Hub."""
+    space = subparsers.add_parser("space", help="deploy the comparison Space to the Hub")
+    space.set_defaults(help_parser=space)
+    deploy = space.add_subparsers(dest="space_command", metavar="ACTION").add_parser(
+        "deploy",
+        parents=[_JSON],
+        help="create or update a Gradio Space comparing a base model with pushed adapters",
+    )
+    deploy.add_argument("space_id", help="'owner/name' of the Space (created if missing)")
+    deploy.add_argument(
+        "--adapters", required=True, help="pushed adapters, 'owner/name@revision, owner/other' (up to 4)"
+    )
+    deploy.add_argument(
+        "--base-model",
+        help="Hub id of the base model, or an offline model built on the Space: arithmetic (default), tiny",
+    )
+    deploy.add_argument(
+        "--open-models",
+        action="store_true",
+        help="let visitors type other model ids (default: the model fields are locked to these)",
+    )
+    deploy.add_argument("--private", action="store_true", default=None, help="create the Space as private")
+    deploy.add_argument("--token", help="Hub access token (default: HF_TOKEN or the saved login)")
+    deploy.set_defaults(run=_run_space_deploy, show=_show_space_deploy)
 
 
 def _run_compare(args: argparse.Namespace) -> dict:
@@ -76,7 +164,7 @@ def _run_compare(args: argparse.Namespace) -> dict:
         from grpo_hub.compare.space import main as serve
     except ImportError as err:
         raise ValueError(f"compare needs gradio ({err}). Fix: pip install 'grpo-hub[space]'.") from err
-    serve(args.host, args.port)
+    serve(args.host, args.port, base_model=args.base_model, adapters=args.adapters)
     return {"served": f"http://{args.host}:{args.port}"}
 
 
@@ -84,22 +172,37 @@ def register_compare(subparsers) -> None:
     """`grpo-hub compare`: the comparison Space on this machine."""
     compare = subparsers.add_parser(
         "compare",
-        help="serve the comparison Space locally: base model vs adapters (GRPO_HUB_BASE_MODEL, GRPO_HUB_ADAPTERS; "
-        "default: the offline tiny model and the adapters in ./outputs)",
+        help="serve the comparison Space locally: base model vs up to four adapters "
+        "(default: the offline tiny model and the adapters in ./outputs)",
+    )
+    compare.add_argument(
+        "--base-model",
+        help="base model: Hub id, folder, or an offline model: arithmetic, tiny "
+        "(default: GRPO_HUB_BASE_MODEL, else arithmetic)",
+    )
+    compare.add_argument(
+        "--adapters",
+        help="'owner/name@rev, ./folder, ...' (default: GRPO_HUB_ADAPTERS, else the adapters in ./outputs)",
     )
     compare.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     compare.add_argument("--port", type=int, default=7860, help="port to serve on (default 7860)")
     compare.set_defaults(run=_run_compare)
 
 
-SUBCOMMANDS = (register_push, register_pull, register_compare)
+SUBCOMMANDS = (register_push, register_pull, register_space, register_compare)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import grpo_hub
+
     parser = argparse.ArgumentParser(
-        prog="grpo-hub", description="grpo_hub: Hub workflow for GRPO LoRA adapters"
+        prog="grpo-hub",
+        description="grpo_hub: from a trained GRPO LoRA adapter to the Hub and a comparison Space",
+        epilog="walkthrough: grpo-hub push outputs/grpo-tiny OWNER/tiny-grpo; "
+        "grpo-hub space deploy OWNER/tiny-grpo-space --adapters OWNER/tiny-grpo@main",
     )
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"grpo-hub {grpo_hub.__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for register in SUBCOMMANDS:
         register(subparsers)
     return parser
@@ -107,7 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `grpo-hub` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:  # a bare `grpo-hub` (or `grpo-hub space`): the help
+        (args.help_parser if hasattr(args, "help_parser") else parser).print_help()
+        return 0
     from grpo_hub.hub.errors import HubError
 
     try:
@@ -115,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     except (HubError, ValueError) as err:
         print(f"grpo-hub: error: {err}", file=sys.stderr)
         return 1
-    print(json.dumps(result))
+    show = getattr(args, "show", None)
+    print(json.dumps(result) if getattr(args, "json", False) or show is None else show(result))
     return 0
 
 

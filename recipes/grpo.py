@@ -43,6 +43,7 @@ from grpo_hub.tasks import (
     get_reward_funcs,
     load_task_dataset,
 )
+from grpo_hub.training.console import quiet_upstream_warnings, use_compact_progress
 
 logger = logging.getLogger(__name__)
 SUMMARY_FILE = "run_summary.json"
@@ -77,6 +78,12 @@ class RecipeArguments:
         metadata={
             "help": "For task 'arithmetic': also report held-out pass@k (k samples per problem) before and "
             "after training; 0 reports greedy accuracy only."
+        },
+    )
+    full_logs: bool = field(
+        default=False,
+        metadata={
+            "help": "Print TRL's full metric dict at every logging step instead of the compact progress line."
         },
     )
 
@@ -222,8 +229,8 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
     )
     history = RewardHistory()
     callbacks = [history]
-    if training_args.push_to_hub:
-        callbacks.append(hub_push_callback(training_args, model_name))
+    push = hub_push_callback(training_args, model_name) if training_args.push_to_hub else None
+    callbacks += [push] if push else []
     trainer = GRPOHubTrainer(
         model=model_name,
         reward_funcs=get_reward_funcs(recipe_args.task),
@@ -232,6 +239,8 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
         peft_config=get_peft_config(model_args),
         callbacks=callbacks,
     )
+    if not recipe_args.full_logs:
+        use_compact_progress(trainer)
     scored = recipe_args.task == "arithmetic"
     before = heldout_accuracy(trainer, recipe_args) if scored else None
     start = time.perf_counter()
@@ -242,6 +251,8 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
     summary = summarize(trainer, history, train_output, wall_seconds, model_name, recipe_args.task)
     if scored:
         summary["heldout_before"], summary["heldout_after"] = before, heldout_accuracy(trainer, recipe_args)
+    if push and push.pushed:  # the final push: repo, branch and the commit it is pinned to
+        summary["pushed"] = {k: getattr(push.pushed[-1], k) for k in ("repo_id", "revision", "commit_sha")}
     if trainer.accelerator.is_main_process:
         Path(training_args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     trainer.accelerator.print(
@@ -255,10 +266,17 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
             "held-out accuracy before -> after (per level, operand digits): "
             + accuracy_line(summary["heldout_before"], summary["heldout_after"])
         )
+    if "pushed" in summary:
+        pushed = summary["pushed"]
+        trainer.accelerator.print(
+            f"pushed to the Hub: {pushed['repo_id']}@{pushed['revision']} (commit {pushed['commit_sha'][:7]}); "
+            f"compare it: grpo-hub compare --adapters {pushed['repo_id']}@{pushed['revision']}"
+        )
     trainer.end()
     return summary
 
 
 if __name__ == "__main__":
+    quiet_upstream_warnings()
     recipe_args, training_args, model_args = make_parser().parse_args_and_config()
     main(recipe_args, training_args, model_args)

@@ -149,6 +149,23 @@ def resolve_adapter(spec: str) -> str:
         raise CompareError(f"unknown adapter {spec!r}: {error}") from error
 
 
+def provenance(spec: str, folder: str) -> dict:
+    """What is known about adapter `spec` (loaded from `folder`): the commit it was pinned to and its link
+    (Hub specs: the HF cache names the snapshot folder after the commit), training step and loss variant
+    (from the saved run record, grpo_hub.training.run_record)."""
+    from grpo_hub.training.run_record import read_run_record
+
+    record = read_run_record(folder)
+    info = {"step": record.get("step"), "variant": record.get("loss_variant")}
+    sha = Path(folder).name
+    if not _looks_local(spec) and re.fullmatch(r"[0-9a-f]{40}", sha):
+        from huggingface_hub import constants
+
+        repo_id = spec.partition("@")[0]
+        info |= {"commit": sha, "url": f"{constants.ENDPOINT}/{repo_id}/commit/{sha}"}
+    return {k: v for k, v in info.items() if v is not None}
+
+
 def _model_name(name_or_path: str) -> str:
     """Comparable name of a model: its resolved folder name if local, else the last part of the Hub id."""
     path = Path(name_or_path).expanduser()
@@ -202,6 +219,7 @@ class ModelBank:
         folders = [resolve_adapter(spec) for spec in adapter_specs]
         for spec, folder in zip(adapter_specs, folders, strict=True):
             check_base_match(folder, base_model, spec)
+        self.provenance = ({}, *(provenance(s, f) for s, f in zip(adapter_specs, folders, strict=True)))
         for index, folder in enumerate(folders):
             model = self._add_adapter(model, index, folder)
         self.model = model.eval()

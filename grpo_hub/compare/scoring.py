@@ -12,7 +12,7 @@ import difflib
 import functools
 import inspect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grpo_hub.compare.bank import CompareError, Limits, ModelBank, Sampling
 
@@ -107,14 +107,16 @@ def diff_segments(base: str, other: str) -> list[tuple[str, str | None]]:
 
 @dataclass
 class Column:
-    """One model's completions, their rewards (per reward function), their diffs against the base and, for an
-    arithmetic held-out prompt, whether each is right (`correctness`)."""
+    """One model's completions, their rewards (per reward function), their diffs against the base, whether each
+    is right for an arithmetic held-out prompt (`correctness`), and what is known of the model (`provenance`:
+    commit, url, step, variant; see bank.provenance)."""
 
     label: str
     completions: list[str]
     rewards: dict[str, list[float] | None]
     diffs: list[list[tuple[str, str | None]]] | None = None
     correct: list[bool] | None = None
+    provenance: dict = field(default_factory=dict)
 
     def mean_reward(self, name: str) -> float | None:
         """Mean of reward `name` over the completions, None if the reward could not be computed."""
@@ -138,12 +140,14 @@ def compare(
     columns = []
     for index, label in enumerate(bank.labels):
         completions = bank.generate(index, prompt, sampling)
+        rewards = score(reward_names, prompt, completions)
         columns.append(
             Column(
                 label,
                 completions,
-                score(reward_names, prompt, completions),
+                rewards,
                 correct=correctness(prompt, completions),
+                provenance=bank.provenance[index],
             )
         )
     for column in columns[1:]:

@@ -16,6 +16,7 @@ from transformers import TrainerCallback
 
 from grpo_hub.hub.push import PushResult, check_branch, check_repo_id, create_adapter_repo, push_adapter
 from grpo_hub.training.distributed import gathered, unwrap_peft_model
+from grpo_hub.training.run_record import run_record
 
 
 class HubPushCallback(TrainerCallback):
@@ -48,9 +49,7 @@ class HubPushCallback(TrainerCallback):
                 self.repo_id,
                 revision=revision,
                 base_model=self.base_model,
-                log_history=state.log_history,
-                training_args=args,
-                step=state.global_step,
+                record=run_record(args, state.log_history, state.global_step, self.base_model),
                 token=self.token,
                 private=self.private,
                 commit_message=message,

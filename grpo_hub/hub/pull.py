@@ -18,8 +18,9 @@ from pathlib import Path
 
 from grpo_hub.hub.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS, TOKENIZER_FILES
 from grpo_hub.hub.errors import HubError, HubNotFoundError, hub_errors
-from grpo_hub.hub.model_card import REWARD_CURVE, pushed_revision
 from grpo_hub.hub.push import COMMIT_SHA, check_repo_id
+from grpo_hub.training.model_card import REWARD_CURVE, pushed_revision
+from grpo_hub.training.run_record import RUN_RECORD
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def download_adapter(spec: str, *, token: str | None = None) -> PullInfo:
     from huggingface_hub import HfApi, snapshot_download
 
     repo_id, revision = parse_spec(spec)
-    patterns = [ADAPTER_CONFIG, ADAPTER_WEIGHTS, "README.md", REWARD_CURVE, *TOKENIZER_FILES]
+    patterns = [ADAPTER_CONFIG, ADAPTER_WEIGHTS, "README.md", REWARD_CURVE, RUN_RECORD, *TOKENIZER_FILES]
     with hub_errors("pull", repo_id, revision):
         sha = HfApi(token=token).model_info(repo_id, revision=revision).sha
         local = snapshot_download(repo_id, revision=sha, allow_patterns=patterns, token=token)

@@ -17,13 +17,8 @@ from pathlib import Path
 
 from grpo_hub.hub.adapter_files import ADAPTER_CONFIG, trained_adapter_files
 from grpo_hub.hub.errors import hub_errors
-from grpo_hub.hub.model_card import (
-    REWARD_CURVE,
-    build_model_card,
-    final_metrics,
-    reward_curve_png,
-    training_config,
-)
+from grpo_hub.training.model_card import REWARD_CURVE, build_model_card, hub_model_id, reward_curve_png
+from grpo_hub.training.run_record import RUN_RECORD, read_run_record
 
 logger = logging.getLogger(__name__)
 REPO_ID = re.compile(r"^([\w.-]+/)?[\w.-]+$")
@@ -81,29 +76,13 @@ def _branch_to_create(api, repo_id: str, branch: str) -> bool:
     return True
 
 
-def _trainer_state(folder: Path) -> dict:
-    """trainer_state.json of `folder`, else of its newest checkpoint-<N> subfolder, else {}."""
-    candidates = [folder / "trainer_state.json"]
-    checkpoints = [p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
-    candidates += [
-        p / "trainer_state.json" for p in sorted(checkpoints, key=lambda p: -int(p.name.split("-")[-1]))
-    ]
-    for path in candidates:
-        if path.is_file():
-            return json.loads(path.read_text())
-    return {}
-
-
 def push_adapter(
     folder: str | Path,
     repo_id: str,
     *,
     revision: str = "main",
     base_model: str | None = None,
-    metrics: dict | None = None,
-    log_history: list[dict] | None = None,
-    training_args=None,
-    step: int | None = None,
+    record: dict | None = None,
     token: str | None = None,
     private: bool | None = None,
     commit_message: str | None = None,
@@ -111,9 +90,10 @@ def push_adapter(
 ) -> PushResult:
     """Push the trained adapter in `folder` (trainer output_dir or checkpoint-<N>) to `repo_id@revision`.
 
-    `log_history`, `step` and the config default to the folder's trainer_state.json; `training_args` (a
-    GRPOConfig or dict) adds the training settings to the card; `base_model` overrides the adapter
-    config's `base_model_name_or_path`. Returns the commit the revision now points to.
+    `record` (a run record, `grpo_hub.training.run_record`) defaults to the one saved with the folder
+    (grpo_run.json, else trainer_state.json, else run_summary.json); the card, reward curve and record are
+    built from it. `base_model` overrides the adapter config's `base_model_name_or_path`. Returns the
+    commit the revision now points to.
     """
     from huggingface_hub import CommitOperationAdd, HfApi
 
@@ -125,23 +105,24 @@ def push_adapter(
     adapter_config = json.loads(
         config_source if isinstance(config_source, bytes) else config_source.read_text()
     )
-    state = _trainer_state(root)
-    log_history = state.get("log_history", []) if log_history is None else log_history
-    step = state.get("global_step") if step is None else step
-    run_config = training_config(training_args if training_args is not None else state, adapter_config)
-    curve = reward_curve_png(log_history)
+    record = read_run_record(root) if record is None else record
+    base = base_model or adapter_config.get("base_model_name_or_path")
+    record = {**record, "base_model": base}
+    if base and hub_model_id(base) is None:
+        logger.warning(
+            "the base model %s is a local path: the pushed adapter loads only where that folder exists. "
+            "Fix: push with --base-model OWNER/NAME (base_model=) naming its Hub id.",
+            base,
+        )
+    step = record.get("step")
+    curve = reward_curve_png(record.get("log_history", []))
     if curve is not None:
         files[REWARD_CURVE] = curve
+    files[RUN_RECORD] = (json.dumps(record, indent=2) + "\n").encode()
 
     full_id = create_adapter_repo(repo_id, token=token, private=private)  # after all local input is read
     card = build_model_card(
-        repo_id=full_id,
-        revision=revision,
-        base_model=base_model or adapter_config.get("base_model_name_or_path"),
-        config=run_config,
-        metrics=final_metrics(log_history) if metrics is None else metrics,
-        step=step,
-        has_curve=curve is not None,
+        record, adapter_config=adapter_config, repo_id=full_id, revision=revision, has_curve=curve is not None
     )
     files["README.md"] = str(card).encode()
     operations = [

@@ -26,7 +26,13 @@ from grpo_hub.tasks.builtin import (
 )
 from grpo_hub.tasks.tiny_model import build_tiny_model
 
+# The offline base models by name (`grpo-hub compare --base-model arithmetic`): each builds or finds its folder.
+OFFLINE_MODELS = {"arithmetic": build_arithmetic_model, "tiny": build_tiny_model}
+DEFAULT_COMPARE_BASE = "arithmetic"  # the Space shows the reasoning task by default
+
 __all__ = [
+    "DEFAULT_COMPARE_BASE",
+    "OFFLINE_MODELS",
     "DEFAULT_TASK",
     "OFFLINE_TASKS",
     "RECOMMENDED_TINY_CONFIG",

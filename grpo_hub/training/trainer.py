@@ -39,7 +39,9 @@ from grpo_hub.training.input_checks import (
     check_dataset_prompts,
     check_rewards_finite,
 )
+from grpo_hub.training.model_card import write_card_files
 from grpo_hub.training.reference import attach_reference_adapter, strip_reference_adapter
+from grpo_hub.training.run_record import run_record
 from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback
 from grpo_hub.training.turns import TurnCredit, turn_ids_from_tool_mask
 from grpo_hub.training.vllm_runtime import is_settings, log_is_diagnostics, prepare_vllm_generation
@@ -139,10 +141,15 @@ class GRPOHubTrainer(GRPOTrainer):
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """TRL's save, without PEFT's frozen `ref/` adapter folder unless `ref_adapter_save` (grpo_hub.training.reference)."""
+        """TRL's save, without PEFT's frozen `ref/` adapter folder unless `ref_adapter_save` (grpo_hub.training.reference);
+        a LoRA save also gets the model card, reward curve and run record (grpo_hub.training.model_card)."""
         super().save_model(output_dir, _internal_call)
         if not self.args.ref_adapter_save and self.args.should_save:
             strip_reference_adapter(output_dir or self.args.output_dir)
+        if self.args.should_save and is_peft_model(self.model):  # the card and run record a push reads
+            base = getattr(self.model.config, "_name_or_path", None)
+            record = run_record(self.args, self.state.log_history, self.state.global_step, base)
+            write_card_files(output_dir or self.args.output_dir, record)
 
     def _check_data_dependent_options(self, kwargs) -> None:
         args = self.args

@@ -21,11 +21,15 @@ def test_space_front_matter_is_valid_and_matches_the_space_extra():
     assert gradio.specifier.contains(card.data.sdk_version)
 
 
-def test_space_requirements_install_grpo_hub():
+def test_space_requirements_come_from_the_package_metadata_and_are_all_on_pypi():
     from packaging.requirements import Requirement
 
-    lines = [line for line in (SPACE / "requirements.txt").read_text().splitlines() if line.strip()]
-    assert "grpo-hub" in {Requirement(line).name for line in lines}
+    from grpo_hub.compare.deploy import space_requirements
+
+    text = (SPACE / "requirements.txt").read_text()
+    assert text == space_requirements(), "regenerate spaces_app/requirements.txt from grpo_hub.compare.deploy"
+    names = {Requirement(line).name for line in text.splitlines() if line.strip()}
+    assert {"trl", "peft", "gradio"} <= names and "grpo-hub" not in names  # the Space ships grpo_hub's source
 
 
 @pytest.fixture
@@ -40,9 +44,22 @@ def test_handler_shows_one_column_per_model_and_hides_the_rest(app, tiny_model_d
     outputs = app.run_compare(
         tiny_model_dir, random_adapter, "Write only digits: 1", 1.0, 1.0, 8, 0, 2, ["digit_fraction_reward"]
     )
-    assert [o.visible for o in outputs] == [True, True, False, False, False]
-    assert "<h3>base</h3>" in outputs[0].value and f"<h3>{random_adapter}</h3>" in outputs[1].value
-    assert outputs[1].value.count('class="sample"') == 2
+    slots, chart, columns = outputs[:-2], outputs[-2], outputs[-1]
+    assert [o.visible for o in slots] == [True, True, False, False, False]
+    assert "<h3>base</h3>" in slots[0].value and f"<h3>{random_adapter}</h3>" in slots[1].value
+    assert slots[1].value.count('class="sample"') == 2 and "<ins>" not in slots[1].value  # plain by default
+    assert "vs base)" in slots[1].value and "vs base)" not in slots[0].value
+    means = [c.mean_reward("digit_fraction_reward") for c in columns]
+    rows = chart.value["data"]
+    assert chart.visible and [(r[0], r[2]) for r in rows] == [
+        ("base", "digit_fraction_reward"),
+        ("adapter", "digit_fraction_reward"),
+    ]
+    assert [r[1] for r in rows] == pytest.approx(means, abs=1e-6)
+    with_diff = app.render_columns(columns, show_diff=True)
+    assert ("<ins>" in with_diff[1].value or "<del>" in with_diff[1].value) and "<ins>" not in with_diff[
+        0
+    ].value
 
 
 @pytest.mark.parametrize(
@@ -103,7 +120,9 @@ def test_default_config_finds_the_recipe_outputs(app, tiny_model_dir, random_ada
     import grpo_hub.tasks
 
     shutil.copytree(random_adapter, tmp_path / "run")
-    monkeypatch.setattr(grpo_hub.tasks, "build_arithmetic_model", lambda: tiny_model_dir)  # the default base
+    monkeypatch.setitem(
+        grpo_hub.tasks.OFFLINE_MODELS, "arithmetic", lambda: tiny_model_dir
+    )  # the default base
     monkeypatch.delenv("GRPO_HUB_BASE_MODEL", raising=False)
     monkeypatch.delenv("GRPO_HUB_ADAPTERS", raising=False)
     monkeypatch.setenv("GRPO_HUB_OUTPUT_DIR", str(tmp_path))

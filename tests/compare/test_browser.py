@@ -126,7 +126,13 @@ def test_page_compares_base_and_trained_adapter(page, tiny_model_dir, trained_ad
             C.score(["digit_fraction_reward"], PROMPT, texts)["digit_fraction_reward"]
         )
         assert mean == pytest.approx(sum(rewards) / len(rewards))
-    assert page.locator("#column-1 ins").count() > 0 and page.locator("#column-0 ins").count() == 0
+    assert page.locator("#reward-chart").is_visible()
+    assert page.locator("#column-1 ins, #column-1 del").count() == 0  # plain completions by default
+    page.locator("#show-diff input").check()
+    page.locator("#column-1 ins, #column-1 del").first.wait_for(timeout=30_000)
+    assert page.locator("#column-0 ins").count() == 0
+    assert read_column(page, 1)[0] == adapter[0]  # the toggle re-renders, it does not sample again
+    page.screenshot(path=str(ROOT / "test-artifacts" / "space-diff.png"), full_page=True)
 
 
 def test_page_names_an_unknown_adapter(page):
@@ -142,12 +148,15 @@ def test_twenty_concurrent_requests_complete(space_url, tiny_model_dir, trained_
     client = Client(space_url, verbose=False)
     controls = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 4, "n": 1}
     jobs = [
-        client.submit(tiny_model_dir, trained_adapter, PROMPT, 1.0, 1.0, 4, seed, 1, [], api_name="/compare")
+        client.submit(
+            tiny_model_dir, trained_adapter, PROMPT, 1.0, 1.0, 4, seed, 1, [], False, api_name="/compare"
+        )
         for seed in range(20)
     ]
     results = [job.result(timeout=300) for job in jobs]
     bank = C.load_bank(tiny_model_dir, (trained_adapter,))
     for seed, result in enumerate(results):
         expected = C.compare(bank, PROMPT, C.Sampling(seed=seed, **controls), [])
-        assert [update["visible"] for update in result] == [True, True, False, False, False]
-        assert [update["value"] for update in result[:2]] == [C.column_html(column) for column in expected]
+        assert [update["visible"] for update in result[:5]] == [True, True, False, False, False]
+        html = [C.column_html(column, base=expected[0]) for column in expected]
+        assert [update["value"] for update in result[:2]] == html

@@ -136,10 +136,32 @@ def test_column_html_escapes_and_highlights():
     base = C.Column("base", ["<b>x</b> y"], {"digit_fraction_reward": [0.0]})
     other = C.Column("me/adapter@v1", ["<b>x</b> 7"], {"digit_fraction_reward": [1 / 6]})
     other.diffs = [C.diff_segments(base.completions[0], other.completions[0])]
-    page = C.column_html(other)
+    page = C.column_html(other, base=base, show_diff=True)
     assert "<b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
     assert "<del>y</del><ins>7</ins>" in page
     assert "mean digit_fraction_reward: 0.167" in page and "digit_fraction_reward=0.167" in page
+    assert "(+0.167 vs base)" in page
+    plain = C.column_html(other, base=base)  # the default: the adapter's own text, no diff marks
+    assert "<ins>" not in plain and "<del>" not in plain and "&lt;b&gt;x&lt;/b&gt; 7" in plain
+
+
+def test_column_html_hides_rewards_that_do_not_apply_and_shows_provenance():
+    sha = "0123456789abcdef" * 2 + "01234567"
+    column = C.Column(
+        "me/adapter@v1",
+        ["7"],
+        {"digit_fraction_reward": [1.0], "letter_fraction_reward": None},
+        provenance={
+            "commit": sha,
+            "url": f"https://hub/me/adapter/commit/{sha}",
+            "step": 30,
+            "variant": "dapo",
+        },
+    )
+    page = C.column_html(column)
+    assert "letter_fraction_reward" not in page and "n/a" not in page
+    assert f'href="https://hub/me/adapter/commit/{sha}"' in page and ">0123456<" in page
+    assert 'step <span class="step">30</span>' in page and ">dapo<" in page
 
 
 def test_discover_adapters_keeps_trained_results_of_the_base(

@@ -1,8 +1,10 @@
 """A small local server speaking the Hugging Face Hub HTTP API, for testing the real `huggingface_hub` client.
 
-Serves models only, from memory (see `fake_hub_store`). Endpoints: whoami-v2, repos/create, validate-yaml,
-model info (optionally at a revision), tree, refs, preupload, commit (NDJSON), branch create/delete, tag,
-LFS batch + PUT, and HEAD/GET `resolve`. Errors carry the Hub's `X-Error-Code` / `X-Error-Message` headers
+Serves models and Spaces from memory (see `fake_hub_store`; a Space is stored under the key
+"spaces/owner/name"). Endpoints: whoami-v2, repos/create, validate-yaml, repo info (optionally at a
+revision), tree, refs, preupload, commit (NDJSON), branch create/delete, tag, LFS batch + PUT, HEAD/GET
+`resolve`, and a Space's variables (GET/POST/DELETE /api/spaces/{repo}/variables, as `HfApi.*_space_variable`
+calls them). Errors carry the Hub's `X-Error-Code` / `X-Error-Message` headers
 so the client raises its usual exceptions. Auth: `Authorization: Bearer <token>` with tokens given at
 construction; an unknown token is a 401, a private repo is invisible (404) to other users, and only the
 owner may write (403). Binds 127.0.0.1 on a free port and shuts itself down after `lifetime_s`.
@@ -18,6 +20,7 @@ import json
 import secrets
 import socket
 import threading
+import time
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -34,7 +37,10 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
-def validate_card_yaml(content: str) -> list[str]:
+SPACE_SDKS = ("gradio", "docker", "static")
+
+
+def validate_card_yaml(content: str, repo_type: str = "model") -> list[str]:
     """Errors in a README's YAML front matter, checked the way the Hub checks the keys we care about."""
     if not content.startswith("---\n") or "\n---" not in content[3:]:
         return []
@@ -58,6 +64,14 @@ def validate_card_yaml(content: str) -> list[str]:
         isinstance(base, str) or (isinstance(base, list) and all(isinstance(b, str) for b in base))
     ):
         errors.append('"base_model" must be a string or a list of strings')
+    if repo_type == "space":
+        if meta.get("sdk") not in SPACE_SDKS:
+            errors.append(f'"sdk" must be one of {list(SPACE_SDKS)}')
+        for key in ("title", "app_file", "sdk_version", "short_description"):
+            if key in meta and not isinstance(meta[key], str):
+                errors.append(f'"{key}" must be a string')
+        if len(str(meta.get("short_description", ""))) > 60:
+            errors.append('"short_description" must be at most 60 characters')
     return errors
 
 
@@ -66,7 +80,8 @@ class FakeHub:
 
     def __init__(self, tokens: dict[str, str], lifetime_s: float = 600.0):
         self.tokens = dict(tokens)
-        self.repos: dict[str, Repo] = {}
+        self.repos: dict[str, Repo] = {}  # model "owner/name", Space "spaces/owner/name"
+        self.variables: dict[str, dict[str, dict]] = {}  # Space key -> variable name -> {value, ...}
         self.requests: list[tuple[str, str]] = []
         self.lock = threading.RLock()
         self._drops: dict[str, int] = {}
@@ -106,10 +121,11 @@ class FakeHub:
                 return True
             return False
 
-    def files(self, repo_id: str, revision: str = "main") -> dict[str, bytes]:
+    def files(self, repo_id: str, revision: str = "main", repo_type: str = "model") -> dict[str, bytes]:
         """Snapshot of a repo at a revision (test helper)."""
+        key = f"spaces/{repo_id}" if repo_type == "space" else repo_id
         with self.lock:
-            return dict(self.repos[repo_id].resolve(revision).files)
+            return dict(self.repos[key].resolve(revision).files)
 
     # ---- request handling -------------------------------------------------------------------------
 
@@ -141,20 +157,27 @@ class FakeHub:
             raise HubStoreError(
                 403, f"You don't have the rights to create a model under the namespace {namespace}"
             )
-        repo_id = f"{namespace}/{body['name']}"
-        if body.get("type", "model") != "model":
-            raise HubStoreError(400, "This test server only hosts models")
-        if repo_id in self.repos:
-            raise HubStoreError(409, "You already created this model repo", url=f"{self.url}/{repo_id}")
+        kind = body.get("type", "model")
+        if kind not in ("model", "space"):
+            raise HubStoreError(400, "This test server hosts models and Spaces only")
+        if kind == "space" and body.get("sdk") not in SPACE_SDKS:
+            raise HubStoreError(400, f"sdk must be one of {list(SPACE_SDKS)}")
+        key = f"spaces/{namespace}/{body['name']}" if kind == "space" else f"{namespace}/{body['name']}"
+        url = f"{self.url}/{key}"
+        if key in self.repos:
+            raise HubStoreError(409, f"You already created this {kind} repo", url=url)
         private = body.get("visibility") == "private" or bool(body.get("private"))
-        self.repos[repo_id] = new_repo(repo_id, user, private)
-        return 200, {"url": f"{self.url}/{repo_id}", "name": repo_id}
+        self.repos[key] = new_repo(key, user, private)
+        if kind == "space":
+            self.variables[key] = {}
+        return 200, {"url": url, "name": key.removeprefix("spaces/")}
 
     def model_info(self, repo: Repo, revision: str) -> dict:
         commit = repo.resolve(revision)
+        repo_id = repo.repo_id.removeprefix("spaces/")
         return {
-            "id": repo.repo_id,
-            "modelId": repo.repo_id,
+            "id": repo_id,
+            "modelId": repo_id,
             "author": repo.owner,
             "sha": commit.oid,
             "private": repo.private,
@@ -219,7 +242,7 @@ class FakeHub:
             if obj["oid"] not in repo.lfs:
                 key = secrets.token_hex(8)
                 self._upload_keys[key] = repo.repo_id
-                href = f"{self.url}/_lfs/{quote(repo.repo_id)}/{obj['oid']}?key={key}&size={obj['size']}"
+                href = f"{self.url}/_lfs/{quote(repo.repo_id, safe='')}/{obj['oid']}?key={key}&size={obj['size']}"
                 item["actions"] = {"upload": {"href": href, "header": {}}}
             objects.append(item)
         return {"transfer": "basic", "objects": objects}
@@ -232,6 +255,21 @@ class FakeHub:
             raise HubStoreError(400, f"Uploaded content does not match LFS object {oid}")
         del self._upload_keys[key]
         self.repos[repo_id].lfs[oid] = data
+
+    def space_variables(self, key: str, method: str, body: dict) -> dict:
+        """GET lists, POST adds or replaces `body["key"]`, DELETE removes it; each returns all variables."""
+        variables = self.variables[key]
+        if method == "POST":
+            if not str(body.get("key", "")).replace("_", "").isalnum():
+                raise HubStoreError(400, f"invalid variable name {body.get('key')!r}")
+            variables[body["key"]] = {
+                "value": str(body.get("value", "")),
+                "description": body.get("description"),
+                "updatedAt": _iso(time.time()),
+            }
+        elif method == "DELETE":
+            variables.pop(body.get("key"), None)
+        return dict(variables)
 
 
 def _make_handler(hub: FakeHub):
@@ -259,7 +297,7 @@ def _make_handler(hub: FakeHub):
 
         def _dispatch(self) -> None:
             parts = urlsplit(self.path)
-            segments = [unquote(s) for s in parts.path.strip("/").split("/")]
+            segments = _space_as_model_path([unquote(s) for s in parts.path.strip("/").split("/")])
             query = parse_qs(parts.query)
             route = _route_name(self.command, segments)
             hub.requests.append((self.command, route))
@@ -309,12 +347,12 @@ def _make_handler(hub: FakeHub):
                 status, payload = hub.create_repo(as_json, user)
                 return status, payload, {}
             if route == "validate_yaml":
-                errors = validate_card_yaml(as_json.get("content", ""))
+                errors = validate_card_yaml(as_json.get("content", ""), as_json.get("repoType") or "model")
                 if errors:
                     raise HubStoreError(400, "Invalid metadata in README.md: " + "; ".join(errors))
                 return 200, {"errors": [], "warnings": []}, {}
             if route == "lfs_put":
-                hub.lfs_put(f"{seg[1]}/{seg[2]}", seg[3], query, body)
+                hub.lfs_put(seg[1], seg[2], query, body)
                 return 200, {}, {}
             if route == "lfs_batch":
                 repo = hub.writable(f"{seg[0]}/{seg[1].removesuffix('.git')}", user)
@@ -328,6 +366,9 @@ def _make_handler(hub: FakeHub):
                 etag = entry.get("lfs", {}).get("oid", entry["oid"])
                 return 200, commit.files[path], {"X-Repo-Commit": commit.oid, "ETag": f'"{etag}"'}
             repo_id, rest = f"{seg[2]}/{seg[3]}", seg[4:]
+            if route == "variables":
+                repo = (hub.writable if self.command != "GET" else hub.readable)(repo_id, user)
+                return 200, hub.space_variables(repo_id, self.command, as_json), {}
             if route in ("commit", "preupload", "branch", "delete_branch", "tag"):
                 repo = hub.writable(repo_id, user)
             else:
@@ -363,6 +404,15 @@ def _make_handler(hub: FakeHub):
     return Handler
 
 
+def _space_as_model_path(seg: list[str]) -> list[str]:
+    """Rewrite a Space URL to the model URL shape with owner "spaces/<owner>" (repo key "spaces/owner/name")."""
+    if seg[:2] == ["api", "spaces"] and len(seg) >= 4:
+        return ["api", "models", f"spaces/{seg[2]}", *seg[3:]]
+    if seg[0] == "spaces" and len(seg) >= 3:
+        return [f"spaces/{seg[1]}", *seg[2:]]
+    return seg
+
+
 def _route_name(method: str, seg: list[str]) -> str:
     """Name the endpoint a request targets (used for dispatch, fault injection and the request log)."""
     if seg[:2] == ["api", "whoami-v2"]:
@@ -379,7 +429,9 @@ def _route_name(method: str, seg: list[str]) -> str:
             return "delete_branch" if method == "DELETE" else "branch"
         if action in ("tree", "refs", "preupload", "commit", "tag"):
             return action
-    if seg[0] == "_lfs" and len(seg) == 4 and method == "PUT":
+        if action == "variables" and seg[2].startswith("spaces/"):
+            return "variables"
+    if seg[0] == "_lfs" and len(seg) == 3 and method == "PUT":
         return "lfs_put"
     if len(seg) == 6 and seg[1].endswith(".git") and seg[2:] == ["info", "lfs", "objects", "batch"]:
         return "lfs_batch"

@@ -25,7 +25,10 @@ def test_cli_push_then_pull_merge_round_trip(hub, trained_run, tiny_model_dir, t
     from grpo_hub.cli import main
 
     checkpoint = trained_run["out"] / "checkpoint-4"
-    assert main(["push", str(checkpoint), "alice/cli-run", "--revision", "step-4", "--token", ALICE]) == 0
+    assert (
+        main(["push", str(checkpoint), "alice/cli-run", "--revision", "step-4", "--token", ALICE, "--json"])
+        == 0
+    )
     pushed = json.loads(capsys.readouterr().out)
     assert pushed["commit_sha"] == hub.repos["alice/cli-run"].branches["step-4"]
     assert "ref/adapter_model.safetensors" not in hub.files("alice/cli-run", "step-4")
@@ -40,10 +43,38 @@ def test_cli_push_then_pull_merge_round_trip(hub, trained_run, tiny_model_dir, t
         "--output-dir",
         str(out),
     ]
-    assert main([*argv, "--token", ALICE]) == 0
+    assert main([*argv, "--token", ALICE, "--json"]) == 0
     pulled = json.loads(capsys.readouterr().out)
     assert pulled["commit_sha"] == pushed["commit_sha"] and pulled["output_dir"] == str(out)
     assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
+
+
+def test_cli_pull_without_output_dir_only_resolves_and_prints(hub, trained_run, capsys, monkeypatch):
+    import transformers
+
+    from grpo_hub.cli import main
+
+    def no_model_load(*args, **kwargs):
+        raise AssertionError("pull without --output-dir must not load a model")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_model_load)
+    sha = hub.repos["alice/tiny-grpo-lora"].branches["step-2"]
+    assert main(["pull", "alice/tiny-grpo-lora@step-2", "--token", ALICE]) == 0
+    out = capsys.readouterr().out
+    assert (
+        out.startswith(f"alice/tiny-grpo-lora@step-2 is commit {sha}")
+        and "base model:    alice/tiny-qwen2" in out
+    )
+
+
+def test_cli_bare_call_prints_help_and_version(capsys):
+    import grpo_hub
+    from grpo_hub.cli import main
+
+    assert main([]) == 0 and "space     deploy the comparison Space" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"grpo-hub {grpo_hub.__version__}"
 
 
 def test_cli_merge_without_output_dir_is_a_usage_error(hub, capsys):

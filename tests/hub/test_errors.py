@@ -91,7 +91,13 @@ def test_connection_dropped_mid_upload_leaves_the_repo_unchanged(hub, pushed, ch
     with pytest.raises(
         HubConnectionError, match=rf"{pushed}@{revision}.*no answer from the Hub.*run the same command again"
     ):
-        push_adapter(checkpoint, pushed, revision=revision, token=ALICE, metrics={"reward": 9.0})
+        push_adapter(
+            checkpoint,
+            pushed,
+            revision=revision,
+            token=ALICE,
+            record={"log_history": [{"step": 1, "reward": 9.0}]},
+        )
     assert repo.branches == branches, "a half-done push changed the refs (or left its new branch behind)"
     assert set(repo.commits) == commits
 

@@ -18,6 +18,7 @@ EXPECTED_FILES = {
     "adapter_config.json",
     "adapter_model.safetensors",
     "reward_curve.png",
+    "grpo_run.json",
     "tokenizer.json",
     "tokenizer_config.json",
     "chat_template.jinja",
@@ -103,7 +104,7 @@ def test_model_card_has_metadata_config_metrics_and_reward_curve(trained_run, hu
     final = next(e for e in reversed(trained_run["trainer"].state.log_history) if "reward" in e)
     assert f"| `reward` | {final['reward']:.4g} |" in card.text
     assert "| `beta` | 0.04 |" in card.text and "| `lora_r` | 4 |" in card.text
-    assert "hub_token" not in card.text
+    assert "hub_token" not in card.text and "loss variant **`dapo`**" in card.text
     assert "![Mean reward per logged step](reward_curve.png)" in card.text
     assert ("POST", "validate_yaml") in hub.requests  # the front matter went through the Hub's validation
     image = Image.open(io.BytesIO(files["reward_curve.png"]))
@@ -143,3 +144,27 @@ def test_pull_merge_writes_a_merged_model_folder_with_the_same_outputs(
         assert (
             base(input_ids=ids).logits - expected
         ).abs().max() > 1e-2  # the merge really applied the adapter
+
+
+def test_card_usage_snippets_load_the_pushed_adapter_from_the_hub(
+    trained_run, hub, tiny_model_dir, monkeypatch
+):
+    """Run the card's Python blocks as pasted (base model and adapter both downloaded from the Hub)."""
+    import re
+
+    from huggingface_hub import HfApi, ModelCard
+
+    api = HfApi(token=ALICE)
+    api.create_repo(RUN_BASE_MODEL_ID, exist_ok=True)
+    api.upload_folder(repo_id=RUN_BASE_MODEL_ID, folder_path=tiny_model_dir)
+    monkeypatch.setenv("HF_TOKEN", ALICE)
+    card = ModelCard(hub.files(RUN_REPO, "step-2")["README.md"].decode())
+    snippets = re.findall(r"```python\n(.*?)```", card.text, flags=re.S)
+    assert len(snippets) == 2 and 'revision="step-2"' in snippets[0]
+    namespace: dict = {}
+    exec(snippets[0], namespace)  # AutoPeftModelForCausalLM + generate + decode
+    weights = {k: v for k, v in namespace["model"].state_dict().items() if "lora_B" in k}
+    assert weights and any(
+        t.abs().sum() > 0 for t in weights.values()
+    )  # the trained adapter, not a fresh one
+    exec(snippets[1], namespace)  # the pipeline on that model

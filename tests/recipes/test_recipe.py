@@ -37,7 +37,7 @@ def parse(recipe, *argv):
 
 def launch(tmp_path, *args, accelerate_config=None, timeout=600, env=None):
     """`accelerate launch recipes/grpo.py ARGS --output_dir tmp/out` (`env` overrides `launch_env()`);
-    return (summary dict, output dir)."""
+    return (summary dict, output dir). The console output is kept in tmp/console.log."""
     out = tmp_path / "out"
     command = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
     if accelerate_config:
@@ -47,9 +47,9 @@ def launch(tmp_path, *args, accelerate_config=None, timeout=600, env=None):
     else:
         command += ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no"]
     command += [str(RECIPE), *args, "--output_dir", str(out)]
-    assert "GRPO done:" in run_isolated(
-        command, tmp_path, {**launch_env(), **(env or {})}, timeout, "recipe run"
-    )
+    console = run_isolated(command, tmp_path, {**launch_env(), **(env or {})}, timeout, "recipe run")
+    (tmp_path / "console.log").write_text(console)
+    assert "GRPO done:" in console
     return json.loads((out / "run_summary.json").read_text()), out
 
 

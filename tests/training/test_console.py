@@ -1,0 +1,57 @@
+"""The compact console: one progress line per logged step instead of the metric dict; upstream noise hidden."""
+
+import warnings
+
+from grpo_hub.training.console import (
+    CompactProgress,
+    progress_line,
+    quiet_upstream_warnings,
+    use_compact_progress,
+)
+
+
+def test_progress_line_names_reward_kl_zero_signal_and_step_time():
+    logs = {
+        "reward": 0.7342,
+        "reward_std": 0.21,
+        "kl": 0.00123,
+        "frac_reward_zero_std": 0.25,
+        "step_time": 0.931,
+    }
+    assert progress_line(12, 30, logs | {"completions/mean_length": 15.0}) == (
+        "step 12/30  reward 0.734 ±0.210  kl 0.0012  zero-signal 25%  0.93 s/step"
+    )
+    assert progress_line(30, 30, {"train_runtime": 27.9, "train_loss": 0.1}) is None
+
+
+def test_compact_progress_replaces_the_trainer_progress_callback(tmp_path):
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import CallbackHandler, ProgressCallback
+
+    class Trainer:  # the two Trainer methods use_compact_progress calls, over a real CallbackHandler
+        def __init__(self):
+            self.callback_handler = CallbackHandler([ProgressCallback()], None, None, None, None)
+
+        def pop_callback(self, callback):
+            return self.callback_handler.pop_callback(callback)
+
+        def add_callback(self, callback):
+            self.callback_handler.add_callback(callback)
+
+    trainer = Trainer()
+    use_compact_progress(trainer)
+    kinds = [type(c) for c in trainer.callback_handler.callbacks]
+    assert kinds == [CompactProgress] and issubclass(CompactProgress, TrainerCallback)
+
+
+def test_only_transformers_own_renames_are_hidden():
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        quiet_upstream_warnings()
+        upstream = "`gradient_checkpointing` is deprecated and will be removed in v6. Use `activation_checkpointing` instead."
+        warnings.warn_explicit(
+            upstream, FutureWarning, "training_args.py", 1, module="transformers.training_args"
+        )
+        warnings.warn_explicit(upstream, FutureWarning, "recipe.py", 1, module="user_code")
+        warnings.warn_explicit("`beta` is odd", UserWarning, "training_args.py", 1, module="transformers.x")
+    assert [str(w.message)[:14] for w in seen] == ["`gradient_chec", "`beta` is odd"]
