@@ -252,7 +252,7 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
     )
     if scored:
         trainer.accelerator.print(
-            "held-out accuracy before -> after (per level, operand digits): "
+            "held-out accuracy before -> after (per level = digits of the first operand): "
             + accuracy_line(summary["heldout_before"], summary["heldout_after"])
         )
     trainer.end()
