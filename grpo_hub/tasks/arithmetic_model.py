@@ -32,7 +32,7 @@ MODEL_SHAPE = {
     "max_position_embeddings": 64,
 }
 SFT_RECIPE = {
-    "steps": 1800,
+    "steps": 1500,
     "batch_size": 64,
     "learning_rate": 3e-3,
     "warmup_steps": 50,
