@@ -193,7 +193,7 @@ def heldout_accuracy(trainer, recipe_args: RecipeArguments) -> dict:
 
 
 def accuracy_line(before: dict, after: dict) -> str:
-    """One clause per metric of `arithmetic.evaluate`, e.g. "greedy: 1 0.64->0.86, ..., all 0.18->0.26"."""
+    """One clause per metric of `arithmetic.evaluate`, e.g. "greedy: 1 0.30->0.50, ..., all 0.41->0.56"."""
     parts = []
     for metric, levels in before.items():
         pairs = ", ".join(f"{level} {levels[level]:.2f}->{after[metric][level]:.2f}" for level in levels)
@@ -263,7 +263,7 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
     )
     if scored:
         trainer.accelerator.print(
-            "held-out accuracy before -> after (per level, operand digits): "
+            "held-out accuracy before -> after (per level = digits of the first operand): "
             + accuracy_line(summary["heldout_before"], summary["heldout_after"])
         )
     if "pushed" in summary:

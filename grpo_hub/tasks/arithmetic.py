@@ -6,9 +6,10 @@ train = load_arithmetic("train", n=512, seed=0)   # Dataset: prompt (chat messag
 report = evaluate(model, tokenizer, "heldout")    # held-out accuracy per level, greedy (+ pass@k)
 ```
 
-A problem is `a<op>b=` with operands of `level` digits (1-4) and op in + - *; a product takes a one-digit
-second factor so that every level stays learnable; `n_ops=2` chains a second op (`a+b*c=` is computed left
-to right: no precedence). The prompt is one user message holding the problem; the answer is the plain
+A problem is `a<op>b=` where `a` has `level` digits (1-4), `b` is one digit and op is in + - *, so a
+level is how far a carry or borrow may travel (and how long a product runs): a tiny model learns every
+level partly, which is where GRPO has signal; `n_ops=2` chains a second op with another one-digit
+operand (`a+b*c=` is computed left to right: no precedence). The prompt is one user message holding the problem; the answer is the plain
 integer. The task's model (`arithmetic_model`) carries `CHAT_TEMPLATE`: "<|im_start|>u12+7=<|im_end|><|im_start|>a".
 Rewards: `arithmetic_correctness_reward` (1 if the completion's last integer equals the answer)
 and `arithmetic_format_reward` (0.1 if the completion is one bare integer). math_verify is not used: the
@@ -56,7 +57,7 @@ def _operand(rng: random.Random, digits: int) -> int:
 
 
 def make_problem(rng: random.Random, level: int, n_ops: int = 1) -> Problem:
-    """A random problem of `level` (operand digits) with `n_ops` operators, evaluated left to right."""
+    """A random problem: a `level`-digit number and `n_ops` (op, one-digit operand) pairs, left to right."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
     if n_ops < 1:
@@ -65,7 +66,7 @@ def make_problem(rng: random.Random, level: int, n_ops: int = 1) -> Problem:
     question = str(value)
     for _ in range(n_ops):
         op = rng.choice(OPS)
-        operand = _operand(rng, 1 if op == "*" else level)
+        operand = _operand(rng, 1)
         value = {"+": value + operand, "-": value - operand, "*": value * operand}[op]
         question += f"{op}{operand}"
     return Problem(question + "=", str(value), level)
