@@ -19,7 +19,7 @@ from pathlib import Path
 
 from grpo_hub.tasks.arithmetic import CHAT_TEMPLATE, LEVELS, chat_prompt, heldout_problems, make_problem
 from grpo_hub.tasks.model_cache import cached_build, check_seed, default_cache_dir, fingerprint
-from grpo_hub.tasks.tiny_model import EOS_TOKEN, PAD_TOKEN, SPECIAL_TOKENS
+from grpo_hub.tasks.tiny_model import EOS_TOKEN, PAD_TOKEN, SPECIAL_TOKENS, init_model
 
 BUILD_VERSION = "2"  # bump when the build changes in a way the recipe below does not show
 MODEL_SHAPE = {
@@ -77,26 +77,6 @@ def char_tokenizer():
         chat_template=CHAT_TEMPLATE,
         model_max_length=MODEL_SHAPE["max_position_embeddings"],
     )
-
-
-def init_model(tokenizer, seed: int):
-    """A `Qwen2ForCausalLM` of `MODEL_SHAPE` with tied embeddings, initialised from `seed`."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-        **MODEL_SHAPE,
-    )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
 
 
 class ProblemEncoder:
@@ -173,7 +153,7 @@ def supervised_train(model, tokenizer, seed: int, sft: dict) -> None:
 def _write_model(folder: Path, seed: int, sft: dict) -> None:
     """Tokenizer + supervised-trained model into `folder`."""
     tokenizer = char_tokenizer()
-    model = init_model(tokenizer, seed)
+    model = init_model(tokenizer, seed, shape=MODEL_SHAPE)
     supervised_train(model, tokenizer, seed, sft)
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)

@@ -112,8 +112,9 @@ def train_tokenizer(seed: int = 0):
     )
 
 
-def init_model(tokenizer, seed: int = 0):
-    """Randomly initialise a `Qwen2ForCausalLM` of `MODEL_SHAPE` from `seed`, with tied embeddings."""
+def init_model(tokenizer, seed: int = 0, shape: dict | None = None):
+    """Randomly initialise a `Qwen2ForCausalLM` of `shape` (default `MODEL_SHAPE`) from `seed`, with tied
+    embeddings and the tokenizer's special tokens (shared by every offline model of `grpo_hub.tasks`)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -123,7 +124,7 @@ def init_model(tokenizer, seed: int = 0):
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
-        **MODEL_SHAPE,
+        **(shape or MODEL_SHAPE),
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
