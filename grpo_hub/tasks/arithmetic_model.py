@@ -19,7 +19,7 @@ from pathlib import Path
 
 from grpo_hub.tasks.arithmetic import CHAT_TEMPLATE, LEVELS, chat_prompt, heldout_problems, make_problem
 from grpo_hub.tasks.model_cache import cached_build, check_seed, default_cache_dir, fingerprint
-from grpo_hub.tasks.tiny_model import EOS_TOKEN, PAD_TOKEN, SPECIAL_TOKENS, init_model
+from grpo_hub.tasks.tiny_model import SPECIAL_TOKENS, byte_level_tokenizer, init_model
 
 BUILD_VERSION = "2"  # bump when the build changes in a way the recipe below does not show
 MODEL_SHAPE = {
@@ -56,26 +56,13 @@ def build_recipe(seed: int, sft: dict) -> dict:
 
 def char_tokenizer():
     """Byte-level BPE without merges (259 tokens: 256 bytes + specials) with the chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import pre_tokenizers
 
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(
-        vocab_size=len(alphabet) + len(SPECIAL_TOKENS),
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=alphabet,
-        show_progress=False,
-    )
-    backend.train_from_iterator([], trainer=trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        eos_token=EOS_TOKEN,
-        pad_token=PAD_TOKEN,
-        chat_template=CHAT_TEMPLATE,
-        model_max_length=MODEL_SHAPE["max_position_embeddings"],
+    return byte_level_tokenizer(
+        len(pre_tokenizers.ByteLevel.alphabet()) + len(SPECIAL_TOKENS),
+        [],
+        CHAT_TEMPLATE,
+        MODEL_SHAPE["max_position_embeddings"],
     )
 
 

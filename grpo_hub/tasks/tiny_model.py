@@ -88,8 +88,9 @@ def tokenizer_corpus(seed: int = 0, n_lines: int = 400) -> list[str]:
     return lines
 
 
-def train_tokenizer(seed: int = 0):
-    """Train the byte-level BPE (vocab `VOCAB_SIZE`, specials first) and wrap it as a fast HF tokenizer."""
+def byte_level_tokenizer(vocab_size: int, corpus, chat_template: str, max_length: int):
+    """A byte-level BPE trained on `corpus` up to `vocab_size` (specials first), wrapped as a fast HF tokenizer
+    with `chat_template` (shared by every offline model of `grpo_hub.tasks`)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -97,18 +98,25 @@ def train_tokenizer(seed: int = 0):
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size,
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    backend.train_from_iterator(tokenizer_corpus(seed), trainer=trainer)
+    backend.train_from_iterator(corpus, trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
-        chat_template=CHAT_TEMPLATE,
-        model_max_length=MODEL_SHAPE["max_position_embeddings"],
+        chat_template=chat_template,
+        model_max_length=max_length,
+    )
+
+
+def train_tokenizer(seed: int = 0):
+    """Train the byte-level BPE (vocab `VOCAB_SIZE`, specials first) and wrap it as a fast HF tokenizer."""
+    return byte_level_tokenizer(
+        VOCAB_SIZE, tokenizer_corpus(seed), CHAT_TEMPLATE, MODEL_SHAPE["max_position_embeddings"]
     )
 
 
