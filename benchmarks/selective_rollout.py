@@ -1,4 +1,4 @@
-"""Selective rollout (GRESO) benchmark: reward and held-out accuracy vs generated rows and time, same prompt budget.
+"""Selective rollout (GRESO) benchmark: held-out accuracy vs generated rows and time, same prompt budget.
 
 Four configurations side by side, same seeds, same prompts, same number of epochs (the prompt budget):
   trl       - plain trl.GRPOTrainer
@@ -6,15 +6,11 @@ Four configurations side by side, same seeds, same prompts, same number of epoch
   dynamic   - GRPOHubTrainer, dynamic_sampling=True (DAPO refill)
   greso     - GRPOHubTrainer, dynamic_sampling=True + selective_rollout=True (skip predicted zero-signal prompts)
 Runs are interleaved (seed-major, configuration order rotated per seed). Per run: generated rows (completions
-scored by the reward function), wall and process CPU time of `train()`, the mean reward of the graded prompts per
-step, and a held-out accuracy after training (mean reward of sampled completions on held-out graded prompts).
+scored by the reward function), wall and process CPU time of `train()` (the evaluations excluded), and the
+held-out accuracy at the start and after every epoch. Tasks (`--task`): see benchmarks/rollout_tasks.py.
 
-The task is a parameter (`--task`); today only `synthetic` exists: the built-in digits task on the offline tiny
-model where, of every 4 prompts, 2 are graded (digit fraction, learnable), 1 always gets reward 1 (an all-max
-group) and 1 always gets 0 (an all-min group). The reasoning task of the roadmap plugs in as another `Task`.
-
-    python benchmarks/selective_rollout.py [--seeds 3] [--epochs 4] [--plot docs/selective-rollout.png]
-    python benchmarks/selective_rollout.py --quick      # smoke run (1 seed, tiny budget; numbers are noise)
+    python -m benchmarks.selective_rollout --task arithmetic [--seeds 3] [--plot docs/selective-rollout.png]
+    python -m benchmarks.selective_rollout --quick      # smoke run (1 seed, tiny budget; numbers are noise)
 """
 
 import argparse
@@ -22,18 +18,14 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
-from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from benchmarks.rollout_tasks import TASKS, Task
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
-from grpo_hub.tasks import RECOMMENDED_TINY_CONFIG as TINY
-from grpo_hub.tasks import build_tiny_model, digit_fraction_reward, load_task_dataset
 
 CONFIGS = {
     "trl": None,
@@ -41,82 +33,46 @@ CONFIGS = {
     "dynamic": {"dynamic_sampling": True},
     "greso": {"dynamic_sampling": True, "selective_rollout": True},
 }
-LEARNING_RATE = 1e-2
-HELD_OUT_SAMPLES = 4
-
-
-@dataclass
-class Task:
-    """Training prompts, held-out prompts, the reward function, and which prompts are graded (learnable)."""
-
-    train: Dataset
-    held_out: Dataset
-    reward: Callable
-    is_graded: Callable[[str], bool]
-
-
-def synthetic_task(n_train: int, n_held_out: int) -> Task:
-    """Digits prompts; of every 4, two graded, one always solved (reward 1), one never solved (reward 0)."""
-    prompts = load_task_dataset("digits", n=n_train + n_held_out, seed=0)["prompt"]
-    kinds = ("Write only digits:", "Write only digits:", "Easy:", "Hard:")
-    train = [kinds[i % 4] + p[len(kinds[0]) :] for i, p in enumerate(prompts[:n_train])]
-
-    def reward(prompts, completions, **kwargs):
-        graded = digit_fraction_reward(prompts, completions)
-        return [
-            1.0 if p.startswith("Easy") else 0.0 if p.startswith("Hard") else r
-            for p, r in zip(prompts, graded, strict=True)
-        ]
-
-    return Task(
-        train=Dataset.from_dict({"prompt": train}),
-        held_out=Dataset.from_dict({"prompt": prompts[n_train:]}),
-        reward=reward,
-        is_graded=lambda p: p.startswith(kinds[0]),
-    )
-
-
-TASKS = {"synthetic": synthetic_task}
 
 
 class Meter(TrainerCallback):
-    """Per optimizer step: (generated rows so far, wall s, CPU s, mean reward of the graded prompts in the step)."""
+    """Counts generated rows; evaluates held-out accuracy at the start and after every epoch, off the clock.
 
-    def __init__(self, task: Task):
-        self.task, self.rows, self.graded, self.points = task, 0, [], []
+    `points`: (generated rows, wall s, CPU s, held-out accuracy, optimizer steps) at each evaluation.
+    """
+
+    def __init__(self, task: Task, seed: int):
+        self.task, self.seed, self.rows, self.points = task, seed, 0, []
         self.wall = self.cpu = 0.0
 
     def reward(self, prompts, completions, **kwargs):
-        rewards = self.task.reward(prompts, completions, **kwargs)
         self.rows += len(completions)
-        self.graded += [r for p, r in zip(prompts, rewards, strict=True) if self.task.is_graded(p)]
-        return rewards
+        return self.task.reward(prompts, completions, **kwargs)
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def _clock(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+    def _evaluate(self, model, tokenizer, step: int) -> None:
+        wall, cpu = self._clock()
+        rng = torch.get_rng_state()  # the evaluation must not change the training's random stream
+        accuracy = self.task.accuracy(model, tokenizer, self.seed)
+        torch.set_rng_state(rng)
+        model.train()
+        self.points.append((self.rows, wall, cpu, accuracy, step))
+        done_wall, done_cpu = self._clock()
+        self.wall += done_wall - wall  # stop the clock for the evaluation
+        self.cpu += done_cpu - cpu
+
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         self.wall, self.cpu = time.perf_counter(), time.process_time()
+        self._evaluate(model, processing_class, 0)
 
-    def on_step_end(self, args, state, control, **kwargs):
-        mean = sum(self.graded) / len(self.graded) if self.graded else float("nan")
-        self.points.append((self.rows, time.perf_counter() - self.wall, time.process_time() - self.cpu, mean))
-        self.graded = []
-
-
-@torch.no_grad()
-def held_out_accuracy(model, tokenizer, task: Task, seed: int) -> float:
-    """Mean task reward of HELD_OUT_SAMPLES sampled completions per held-out prompt."""
-    torch.manual_seed(seed)
-    model.eval()
-    tokenizer.padding_side = "left"
-    prompts = [p for p in task.held_out["prompt"] for _ in range(HELD_OUT_SAMPLES)]
-    batch = tokenizer(prompts, return_tensors="pt", padding=True)
-    out = model.generate(**batch, max_new_tokens=TINY["max_completion_length"], do_sample=True)
-    completions = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-    rewards = task.reward(prompts, completions)
-    return sum(rewards) / len(rewards)
+    def on_epoch_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        self._evaluate(model, processing_class, state.global_step)
 
 
 def run(model_dir: str, task: Task, name: str, seed: int, epochs: int) -> dict:
-    meter = Meter(task)
+    meter = Meter(task, seed)
     common = {
         "output_dir": tempfile.mkdtemp(),
         "use_cpu": True,
@@ -128,40 +84,40 @@ def run(model_dir: str, task: Task, name: str, seed: int, epochs: int) -> dict:
         "logging_steps": 1,
         "num_train_epochs": epochs,
         "seed": seed,
-        "learning_rate": LEARNING_RATE,
-        "num_generations": TINY["num_generations"],
-        "per_device_train_batch_size": TINY["per_device_train_batch_size"],
-        "max_completion_length": TINY["max_completion_length"],
-        "beta": TINY["beta"],
+        **task.args,
     }
     extra = CONFIGS[name]
     args = GRPOConfig(**common) if extra is None else GRPOHubConfig(**common, **extra)
     trainer_cls = GRPOTrainer if extra is None else GRPOHubTrainer
     torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     trainer = trainer_cls(
         model=AutoModelForCausalLM.from_pretrained(model_dir),
         reward_funcs=[meter.reward],
         args=args,
         train_dataset=task.train,
-        processing_class=tokenizer,
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
         callbacks=[meter],
+        peft_config=task.peft,
     )
     trainer.remove_callback(PrinterCallback)
     trainer.train()
-    wall, cpu = meter.points[-1][1], meter.points[-1][2]
-    accuracy = held_out_accuracy(trainer.model, tokenizer, task, seed)
+    rows, wall, cpu, accuracy, steps = meter.points[-1]
     return {
         "points": meter.points,
-        "steps": len(meter.points),
-        "rows": meter.rows,
+        "steps": steps,
+        "rows": rows,
         "wall": wall,
         "cpu": cpu,
         "accuracy": accuracy,
     }
 
 
-def plot(results: dict, path: str) -> None:
+def mean_curve(runs: list[dict], index: int) -> list[float]:
+    """Per evaluation (start, then each epoch): the mean over seeds of points[index]."""
+    return [statistics.fmean(r["points"][i][index] for r in runs) for i in range(len(runs[0]["points"]))]
+
+
+def plot(results: dict, path: str, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -169,48 +125,24 @@ def plot(results: dict, path: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for name, runs in results.items():
-        points = [p for p in runs[0]["points"] if p[3] == p[3]]  # the first seed; steps with graded prompts
-        rewards = [statistics.fmean(p[3] for p in points[max(0, i - 2) : i + 1]) for i in range(len(points))]
-        axes[0].plot([p[0] for p in points], rewards, label=name)
-        axes[1].plot([p[2] for p in points], rewards, label=name)
+        accuracy = mean_curve(runs, 3)
+        axes[0].plot(mean_curve(runs, 0), accuracy, marker=".", label=name)
+        axes[1].plot(mean_curve(runs, 1), accuracy, marker=".", label=name)
     axes[0].set_xlabel("generated rows")
-    axes[1].set_xlabel("process CPU seconds")
+    axes[1].set_xlabel("wall seconds of train() (evaluations excluded)")
     for ax in axes:
-        ax.set_ylabel("graded reward (3-step mean)")
+        ax.set_ylabel("held-out accuracy")
+        ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("selective rollout benchmark, first seed, synthetic graded task")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", choices=list(TASKS), default="synthetic")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument(
-        "--prompts", type=int, default=48, help="training prompts (the budget is prompts x epochs)"
-    )
-    parser.add_argument("--plot", default=None, help="write the PNG plot here")
-    parser.add_argument("--quick", action="store_true", help="1 seed, 16 prompts, 2 epochs")
-    cli = parser.parse_args()
-    if cli.quick:
-        cli.seeds, cli.prompts, cli.epochs = 1, 16, 2
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)
-    model_dir = build_tiny_model()
-    task = TASKS[cli.task](cli.prompts, 16)
-    names = list(CONFIGS)
-    results = {name: [] for name in names}
-    for seed in range(cli.seeds):
-        order = names[seed % len(names) :] + names[: seed % len(names)]
-        for name in order:
-            results[name].append(run(model_dir, task, name, seed, cli.epochs))
-    print(
-        f"task {cli.task}, {cli.prompts} prompts x {cli.epochs} epochs, {cli.seeds} seed(s); medians over seeds; "
-        "ratios to dynamic"
-    )
+def print_tables(results: dict, header: str) -> None:
+    names = list(results)
     keys = ("steps", "rows", "wall", "cpu", "accuracy")
+    print(header)
     print(
         "| config | optimizer steps | generated rows | wall s | CPU s | held-out accuracy | accuracy per seed "
         "| rows / dynamic | wall / dynamic | CPU / dynamic |"
@@ -225,8 +157,55 @@ def main() -> None:
             f"| {med['accuracy']:.3f} | {per_seed} | {med['rows'] / base['rows']:.3f} "
             f"| {med['wall'] / base['wall']:.3f} | {med['cpu'] / base['cpu']:.3f} |"
         )
+    epochs = len(results[names[0]][0]["points"])
+    print("\nHeld-out accuracy over training (mean over seeds; generated rows so far in brackets):")
+    print("| config | start | " + " | ".join(f"epoch {e}" for e in range(1, epochs)) + " |")
+    print("|---" * (epochs + 1) + "|")
+    for name in names:
+        accuracy, rows = mean_curve(results[name], 3), mean_curve(results[name], 0)
+        cells = [f"{a:.3f} ({r:.0f})" for a, r in zip(accuracy, rows, strict=True)]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=list(TASKS), default="synthetic")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=None, help="default: the task's")
+    parser.add_argument(
+        "--prompts",
+        type=int,
+        default=None,
+        help="training prompts (the budget is prompts x epochs); default: the task's",
+    )
+    parser.add_argument("--plot", default=None, help="write the PNG plot here")
+    parser.add_argument("--quick", action="store_true", help="1 seed, 16 prompts, 2 epochs")
+    cli = parser.parse_args()
+    if cli.quick:
+        cli.seeds, cli.prompts, cli.epochs = 1, 16, 2
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    task = TASKS[cli.task](cli.prompts)
+    epochs = cli.epochs or task.epochs
+    model_dir = task.build_model()
+    names = list(CONFIGS)
+    results = {name: [] for name in names}
+    for seed in range(cli.seeds):
+        order = names[seed % len(names) :] + names[: seed % len(names)]
+        for name in order:
+            results[name].append(run(model_dir, task, name, seed, epochs))
+            last = results[name][-1]
+            print(
+                f"# seed {seed} {name}: {last['rows']} rows, {last['wall']:.1f} s wall, {last['cpu']:.1f} s CPU, "
+                f"accuracy {last['accuracy']:.3f}",
+                flush=True,
+            )
+    budget = f"task {cli.task}, {task.prompts} prompts x {epochs} epochs, {cli.seeds} seed(s)"
+    print_tables(results, f"{budget}; " + "; ".join(task.notes) + "; medians over seeds; ratios to dynamic")
     if cli.plot:
-        plot(results, cli.plot)
+        plot(
+            results, cli.plot, f"selective rollout benchmark: {budget}, mean over seeds, one point per epoch"
+        )
         print(f"plot: {cli.plot}")
 
 

@@ -89,8 +89,18 @@ def test_other_benchmarks_print_finite_ratios(sections, name):
 
 
 def test_selective_rollout_table(sections):
-    rows = {row[0]: row[1:] for row in table_rows(sections["selective_rollout"])}
+    summary, curves = sections["selective_rollout"].split("Held-out accuracy over training")
+    rows = {row[0]: row[1:] for row in table_rows(summary)}
     assert set(rows) == {"trl", "filter", "dynamic", "greso"}
     numbers = [cells[:5] + cells[6:] for cells in rows.values()]  # cells[5]: accuracy per seed, "a / b / c"
     assert all(finite(cell) >= 0 for cells in numbers for cell in cells)
     assert finite(rows["dynamic"][6]) == finite(rows["dynamic"][7]) == finite(rows["dynamic"][8]) == 1.0
+    curve = {
+        row[0]: [re.fullmatch(r"(\S+) \((\d+)\)", cell).groups() for cell in row[1:]]
+        for row in table_rows(curves)
+    }
+    assert set(curve) == set(rows)
+    for points in curve.values():  # --quick: the start and 2 epochs, generated rows so far never shrinking
+        assert len(points) == 3 and points[0][1] == "0"
+        assert all(0 <= finite(accuracy) <= 1 for accuracy, _ in points)
+        assert [int(r) for _, r in points] == sorted(int(r) for _, r in points)
