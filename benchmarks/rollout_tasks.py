@@ -67,9 +67,11 @@ def synthetic_task(n_train: int | None = None) -> Task:
     def accuracy(model, tokenizer, seed: int) -> float:
         """Mean task reward of HELD_OUT_SAMPLES sampled completions per held-out prompt."""
         torch.manual_seed(seed)
-        tokenizer.padding_side = "left"
         rows = [p for p in held_out for _ in range(HELD_OUT_SAMPLES)]
+        side, tokenizer.padding_side = tokenizer.padding_side, "left"
         batch = tokenizer(rows, return_tensors="pt", padding=True).to(model.device)
+        tokenizer.padding_side = side
+        model.eval()
         out = model.generate(**batch, max_new_tokens=TINY["max_completion_length"], do_sample=True)
         completions = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         rewards = reward(rows, completions)

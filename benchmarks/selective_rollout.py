@@ -33,6 +33,14 @@ CONFIGS = {
     "dynamic": {"dynamic_sampling": True},
     "greso": {"dynamic_sampling": True, "selective_rollout": True},
 }
+# Selective-rollout metrics reported per run (mean over the logged optimizer steps).
+SELECTIVE_METRICS = (
+    "selective/skipped_all_max",
+    "selective/skipped_all_min",
+    "selective/explore_all_max",
+    "selective/explore_all_min",
+    "selective/revisit_informative_frac",
+)
 
 
 class Meter(TrainerCallback):
@@ -102,6 +110,13 @@ def run(model_dir: str, task: Task, name: str, seed: int, epochs: int) -> dict:
     trainer.remove_callback(PrinterCallback)
     trainer.train()
     rows, wall, cpu, accuracy, steps = meter.points[-1]
+    selective = {}
+    if extra and extra.get("selective_rollout"):
+        selective = {
+            key: statistics.fmean(values)
+            for key in SELECTIVE_METRICS
+            if (values := [log[key] for log in trainer.state.log_history if key in log])
+        }
     return {
         "points": meter.points,
         "steps": steps,
@@ -109,6 +124,7 @@ def run(model_dir: str, task: Task, name: str, seed: int, epochs: int) -> dict:
         "wall": wall,
         "cpu": cpu,
         "accuracy": accuracy,
+        "selective": selective,
     }
 
 
@@ -157,6 +173,11 @@ def print_tables(results: dict, header: str) -> None:
             f"| {med['accuracy']:.3f} | {per_seed} | {med['rows'] / base['rows']:.3f} "
             f"| {med['wall'] / base['wall']:.3f} | {med['cpu'] / base['cpu']:.3f} |"
         )
+    for name in names:
+        for seed, run_result in enumerate(results[name]):
+            if run_result["selective"]:
+                stats = ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in run_result["selective"].items())
+                print(f"{name} seed {seed}, mean per optimizer step: {stats}")
     epochs = len(results[names[0]][0]["points"])
     print("\nHeld-out accuracy over training (mean over seeds; generated rows so far in brackets):")
     print("| config | start | " + " | ".join(f"epoch {e}" for e in range(1, epochs)) + " |")
