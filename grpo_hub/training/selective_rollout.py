@@ -8,12 +8,12 @@ The rule and its source are in `grpo_hub.algos.selection`. This module is the tr
   prompt `num_generations` times in a row; rank k holds rows [k·n, (k+1)·n)), decides per group with the shared
   generator (seeded from `args.seed`; every rank holds the same history and draws the same numbers, so every
   rank takes the same decisions), and replaces skipped groups with the next groups of the epoch, read through
-  the dynamic-sampling `GenerationBatchStream` (one period per generation batch, see
-  `grpo_hub.training.dynamic_sampling`). It returns this rank's slice of exactly as many groups as it was
-  given, so TRL's per-rank row counts do not change. Groups of the last batch read that were not needed are
-  carried over and come first in the next selection, so every prompt is still considered once per pass over
-  the data. When the epoch runs out, the shortfall is filled with the groups it skipped, in order: the step
-  trains on the prompts there are, and its size never changes.
+  the `GenerationBatchStream` (one period per generation batch, see `grpo_hub.training.batch_stream`). It
+  returns this rank's slice of exactly as many groups as it was given, so TRL's per-rank row counts do not
+  change. Groups of the last batch read that were not needed are carried over and come first in the next
+  selection, so every prompt is still considered once per pass over the data. When the epoch runs out, the
+  shortfall is filled with the groups it skipped, in order: the step trains on the prompts there are, and its
+  size never changes.
 - `SelectiveRollout.record(rewards)`: the gathered rewards of the groups just scored update the history and
   the exploration probabilities (once per scored generation batch, also per dynamic-sampling round).
 - `SelectiveRolloutCallback`: writes the state (history, exploration probabilities, generator state, observed

@@ -29,9 +29,10 @@ from grpo_hub.algos.filtering import (
     packed_rows,
     packing_plan,
 )
+from grpo_hub.training.batch_stream import GenerationBatchStream
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.config import ROW_MEAN_LOSSES, GRPOHubConfig
-from grpo_hub.training.dynamic_sampling import DynamicSampler, GenerationBatchStream
+from grpo_hub.training.dynamic_sampling import DynamicSampler
 from grpo_hub.training.finite_guard import FiniteGradientsCallback
 from grpo_hub.training.input_checks import (
     check_advantages_finite,

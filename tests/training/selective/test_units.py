@@ -73,16 +73,3 @@ def test_revisits_of_skipped_prompts_measure_the_filter_error():
     assert indices(selector.select(rows(0, 4))) == [3, 0]
     selector.record(torch.tensor([1.0, 1.0, 0.0, 1.0]))  # 0 turned out informative: the filter erred
     assert selector.metrics["selective/revisit_informative_frac"] == [1.0]
-
-
-def test_the_stream_skips_what_it_had_read_when_resumed():
-    stream = GenerationBatchStream(period=2)
-    items = iter(range(10))
-    pulled = [next(items), next(items)]  # transformers' prefetch of one step
-    stream.note_pulled(items, len(pulled))
-    assert stream.next_batch() == 2
-    resumed = GenerationBatchStream(period=2)
-    resumed.load_state_dict(stream.state_dict())
-    transformers_resumed = iter(range(2, 10))  # transformers skipped its own 2 items, not the stream's
-    resumed.skip_resumed(transformers_resumed)
-    assert next(transformers_resumed) == 4
