@@ -13,8 +13,7 @@ the sampler's order, each once per epoch; one optimizer step consumes 1 + `round
 transformers computes the steps per epoch assuming one: an epoch therefore ends after fewer optimizer steps
 (the later steps of the epoch get no data and do nothing), and with `max_steps` a run whose data runs out stops
 early. A refill round that finds the epoch exhausted stops refilling (metric `dynamic/data_exhausted`) and trains
-on what it has. Resuming from a checkpoint in the middle of an epoch skips `steps * gradient_accumulation_steps`
-items, not the refill rounds.
+on what it has. The stream's position is checkpointed, so a resumed run reads what the uninterrupted run would.
 
 Pure helpers (`informative_groups`, `select_groups`, `rank_rows`, `concat_batches`) import
 torch only; `DynamicSampler` is the trainer glue.

@@ -17,8 +17,8 @@ The rule and its source are in `grpo_hub.algos.selection`. This module is the tr
 - `SelectiveRollout.record(rewards)`: the gathered rewards of the groups just scored update the history and
   the exploration probabilities (once per scored generation batch, also per dynamic-sampling round).
 - `SelectiveRolloutCallback`: writes the state (history, exploration probabilities, generator state, observed
-  reward range, carried-over groups, items the stream read this epoch) into every checkpoint and restores it on resume; the stream
-  then skips the items it had read, so the resumed run sees the prompts the uninterrupted run would see.
+  reward range, carried-over groups) into every checkpoint and restores it on resume. Where the epoch stands is
+  the stream's own checkpoint (`grpo_hub.training.batch_stream`).
 """
 
 from __future__ import annotations
@@ -160,7 +160,6 @@ class SelectiveRollout:
             "explore": torch.tensor([self.explore[ALL_MAX], self.explore[ALL_MIN]], dtype=torch.float64),
             "generator": self.generator.get_state(),
             "seen": torch.tensor(self.seen, dtype=torch.float64),
-            "stream": self.stream.state_dict(),
             "leftover": self._leftover,
         }
 
@@ -169,7 +168,6 @@ class SelectiveRollout:
         self.explore = dict(zip((ALL_MAX, ALL_MIN), state["explore"].tolist(), strict=True))
         self.generator.set_state(state["generator"])
         self.seen = state["seen"].tolist()
-        self.stream.load_state_dict(state["stream"])
         self._leftover = state["leftover"]
 
 

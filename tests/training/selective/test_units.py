@@ -14,7 +14,8 @@ GROUP = 2
 def make_selector(batches: list[list[dict]], min_keep: float = 1e-9) -> SelectiveRollout:
     """A one-rank selector whose stream yields `batches` (period 1) after the batch handed to `select`."""
     stream = GenerationBatchStream(period=1)
-    stream.note_pulled(iter(batches), 1)
+    stream.enter(iter(batches))
+    stream.note_pulled(1, 1)  # the batch handed to `select`
     return SelectiveRollout(
         stream=stream, gather_objects=lambda rows: rows, gather=lambda t: t, rank=0, group_size=GROUP,
         id_column="index", explore_init=0.05, target=0.25, step=0.0, min_keep=min_keep, eps=0.0,
