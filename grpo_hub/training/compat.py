@@ -15,6 +15,17 @@ TRL_SEAMS = {
     "_get_per_token_logps_and_entropies": ["self", "model", "input_ids", "attention_mask", "logits_to_keep"],
     "_prepare_inputs": ["self", "generation_batch"],  # reads/writes `_buffered_inputs` and `_step` (packing)
     "training_step": ["self", "model", "inputs", "num_items_in_batch"],
+    # transformers' Trainer, inherited: the batch stream counts pulls and sets the resume position
+    "get_batch_samples": ["self", "epoch_iterator", "num_batches", "device"],
+    "_init_training_state": [
+        "self",
+        "max_steps",
+        "num_update_steps_per_epoch",
+        "num_train_epochs",
+        "resume_from_checkpoint",
+        "trial",
+    ],
+    "_load_rng_state": ["self", "checkpoint"],
 }
 
 

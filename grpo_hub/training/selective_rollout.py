@@ -8,17 +8,17 @@ The rule and its source are in `grpo_hub.algos.selection`. This module is the tr
   prompt `num_generations` times in a row; rank k holds rows [k·n, (k+1)·n)), decides per group with the shared
   generator (seeded from `args.seed`; every rank holds the same history and draws the same numbers, so every
   rank takes the same decisions), and replaces skipped groups with the next groups of the epoch, read through
-  the dynamic-sampling `GenerationBatchStream` (one period per generation batch, see
-  `grpo_hub.training.dynamic_sampling`). It returns this rank's slice of exactly as many groups as it was
-  given, so TRL's per-rank row counts do not change. Groups of the last batch read that were not needed are
-  carried over and come first in the next selection, so every prompt is still considered once per pass over
-  the data. When the epoch runs out, the shortfall is filled with the groups it skipped, in order: the step
-  trains on the prompts there are, and its size never changes.
+  the `GenerationBatchStream` (one period per generation batch, see `grpo_hub.training.batch_stream`). It
+  returns this rank's slice of exactly as many groups as it was given, so TRL's per-rank row counts do not
+  change. Groups of the last batch read that were not needed are carried over and come first in the next
+  selection, so every prompt is still considered once per pass over the data. When the epoch runs out, the
+  shortfall is filled with the groups it skipped, in order: the step trains on the prompts there are, and its
+  size never changes.
 - `SelectiveRollout.record(rewards)`: the gathered rewards of the groups just scored update the history and
   the exploration probabilities (once per scored generation batch, also per dynamic-sampling round).
 - `SelectiveRolloutCallback`: writes the state (history, exploration probabilities, generator state, observed
-  reward range, carried-over groups, items the stream read this epoch) into every checkpoint and restores it on resume; the stream
-  then skips the items it had read, so the resumed run sees the prompts the uninterrupted run would see.
+  reward range, carried-over groups) into every checkpoint and restores it on resume. Where the epoch stands is
+  the stream's own checkpoint (`grpo_hub.training.batch_stream`).
 """
 
 from __future__ import annotations
@@ -160,7 +160,6 @@ class SelectiveRollout:
             "explore": torch.tensor([self.explore[ALL_MAX], self.explore[ALL_MIN]], dtype=torch.float64),
             "generator": self.generator.get_state(),
             "seen": torch.tensor(self.seen, dtype=torch.float64),
-            "stream": self.stream.state_dict(),
             "leftover": self._leftover,
         }
 
@@ -169,7 +168,6 @@ class SelectiveRollout:
         self.explore = dict(zip((ALL_MAX, ALL_MIN), state["explore"].tolist(), strict=True))
         self.generator.set_state(state["generator"])
         self.seen = state["seen"].tolist()
-        self.stream.load_state_dict(state["stream"])
         self._leftover = state["leftover"]
 
 

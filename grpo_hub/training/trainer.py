@@ -9,6 +9,8 @@
 - `_compute_loss`: TRL's loss unless loss_agg_mode or turn-level ratios need the own path.
 - `_prepare_inputs` (TRL's buffered generation batch) and `training_step`: under filtering, the kept rows are
   packed into fewer micro-steps and the empty ones run no forward/backward (`algos.filtering.packing_plan`).
+- `get_batch_samples` and `_init_training_state` (transformers): with dynamic sampling or selective rollout, the
+  batch stream counts every pull, and a resume starts where the stream was saved (`training.batch_stream`).
 Every formula lives in `grpo_hub.algos` (advantages, losses, importance, filtering); the helpers of this wing get
 narrow inputs (callables, a metrics dict) from here. Nothing here copies TRL code.
 """
@@ -29,9 +31,10 @@ from grpo_hub.algos.filtering import (
     packed_rows,
     packing_plan,
 )
+from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream, load_stream_state
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.config import ROW_MEAN_LOSSES, GRPOHubConfig
-from grpo_hub.training.dynamic_sampling import DynamicSampler, GenerationBatchStream
+from grpo_hub.training.dynamic_sampling import DynamicSampler
 from grpo_hub.training.finite_guard import FiniteGradientsCallback
 from grpo_hub.training.input_checks import (
     check_advantages_finite,
@@ -71,8 +74,10 @@ class GRPOHubTrainer(GRPOTrainer):
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
         self._reward_range = (float("inf"), float("-inf"))  # lowest / highest reward seen (zero-signal kinds)
         self._batch_stream = None  # the epoch read in generation batches, for refills and replacements
+        self._resumed_from = None  # checkpoint whose stream position is being restored
         if args.dynamic_sampling or args.selective_rollout:
             self._batch_stream = GenerationBatchStream(args.steps_per_generation * self.num_iterations)
+            self.add_callback(BatchStreamCallback(self._batch_stream))
         self._dynamic_sampler = self._make_dynamic_sampler() if args.dynamic_sampling else None
         self._selector = self._make_selector() if args.selective_rollout else None
         self._packing_plan = None  # per position of the generation cycle: rows to train, or None (skipped)
@@ -202,14 +207,31 @@ class GRPOHubTrainer(GRPOTrainer):
         self._scored_rewards = rewards_per_func
         return rewards_per_func
 
+    def _init_training_state(
+        self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+    ):
+        """transformers' resume position, except with a batch stream: transformers assumes one generation batch
+        per step, so resume at the stream's saved epoch (the next one if it had run out) with no batch to skip;
+        the stream skips the items the epoch had consumed (`get_batch_samples`)."""
+        epochs_trained, steps_trained = super()._init_training_state(
+            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+        )
+        if self._batch_stream is None or self.state.global_step == 0 or self.args.ignore_data_skip:
+            return epochs_trained, steps_trained
+        self._batch_stream.load_state_dict(load_stream_state(resume_from_checkpoint, self.state.global_step))
+        self._resumed_from = resume_from_checkpoint
+        return self._batch_stream.epoch, 0
+
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """transformers' prefetch of one optimizer step; dynamic sampling and selective rollout read more from the
-        same iterator (and, on resume, skip what they had read)."""
-        if self._batch_stream is not None:
-            self._batch_stream.skip_resumed(epoch_iterator)
+        same iterator, so the stream counts every pull (on resume, it first skips what the saved epoch had read)."""
+        if self._batch_stream is None:
+            return super().get_batch_samples(epoch_iterator, num_batches, device)
+        skipped = self._batch_stream.enter(epoch_iterator)
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        if self._batch_stream is not None:
-            self._batch_stream.note_pulled(epoch_iterator, len(batch_samples))
+        self._batch_stream.note_pulled(len(batch_samples), num_batches)
+        if skipped:  # the epoch iterator drew from the RNG: restore it, as transformers does after a skip
+            self._load_rng_state(self._resumed_from)
         return batch_samples, num_items_in_batch
 
     # --- seam 2: the scored batch ---

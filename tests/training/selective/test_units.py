@@ -14,7 +14,8 @@ GROUP = 2
 def make_selector(batches: list[list[dict]], min_keep: float = 1e-9) -> SelectiveRollout:
     """A one-rank selector whose stream yields `batches` (period 1) after the batch handed to `select`."""
     stream = GenerationBatchStream(period=1)
-    stream.note_pulled(iter(batches), 1)
+    stream.enter(iter(batches))
+    stream.note_pulled(1, 1)  # the batch handed to `select`
     return SelectiveRollout(
         stream=stream, gather_objects=lambda rows: rows, gather=lambda t: t, rank=0, group_size=GROUP,
         id_column="index", explore_init=0.05, target=0.25, step=0.0, min_keep=min_keep, eps=0.0,
@@ -73,16 +74,3 @@ def test_revisits_of_skipped_prompts_measure_the_filter_error():
     assert indices(selector.select(rows(0, 4))) == [3, 0]
     selector.record(torch.tensor([1.0, 1.0, 0.0, 1.0]))  # 0 turned out informative: the filter erred
     assert selector.metrics["selective/revisit_informative_frac"] == [1.0]
-
-
-def test_the_stream_skips_what_it_had_read_when_resumed():
-    stream = GenerationBatchStream(period=2)
-    items = iter(range(10))
-    pulled = [next(items), next(items)]  # transformers' prefetch of one step
-    stream.note_pulled(items, len(pulled))
-    assert stream.next_batch() == 2
-    resumed = GenerationBatchStream(period=2)
-    resumed.load_state_dict(stream.state_dict())
-    transformers_resumed = iter(range(2, 10))  # transformers skipped its own 2 items, not the stream's
-    resumed.skip_resumed(transformers_resumed)
-    assert next(transformers_resumed) == 4
