@@ -3,7 +3,7 @@ in colocate mode on CPU, one after the other in this one process (the imports an
 most of a run's time; each later run builds its own trainer and engine). Writes `<result-dir>/<name>/rank<k>.json`
 per run with the log history, the world size, the engine dtype and a checksum of the trained weights.
 
-    python tests/training/vllm/colocate_worker.py --result-dir DIR --model-dir DIR \
+    python tests/training/vllm/colocate_worker.py --result-dir DIR \
         --runs '{"agilerl": {"vllm_is_preset": "agilerl"}, "lora": {"lora_r": 16}}'
 
 A run's JSON holds GRPOHubConfig overrides, plus `lora_r`: train a LoRA adapter of this rank (absent: full model).
@@ -36,9 +36,6 @@ BASE_CONFIG = {
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--result-dir", required=True)
-    parser.add_argument(
-        "--model-dir", required=True, help="built with grpo_hub.tasks.build_tiny_model if absent"
-    )
     parser.add_argument("--runs", required=True, help="JSON: {run name: GRPOHubConfig overrides (+ lora_r)}")
     return parser.parse_args()
 
@@ -80,7 +77,7 @@ def main():
     from grpo_hub.tasks import build_tiny_model
 
     cli = parse_args()
-    model_dir = build_tiny_model(output_dir=cli.model_dir)
+    model_dir = build_tiny_model()
     for name, overrides in json.loads(cli.runs).items():
         run_dir = Path(cli.result_dir, name)
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -49,7 +49,6 @@ def run_worker(
     worker_args = [
         str(WORKER),
         "--result-dir", str(result_dir),
-        "--model-dir", str(tmp_dir / "tiny-model"),
         "--runs", json.dumps(runs),
     ]  # fmt: skip
     launcher = [python]
