@@ -1,11 +1,12 @@
-"""Worker for the distributed tests: train the tiny model with GRPO on this rank, once per run, one run after the
-other in this one launch (starting the ranks costs more than a short run), and write <name>/rank<k>.json per run.
+"""Worker for the distributed tests: train the tiny model with GRPO on this rank, once per run, one run after
+the other in this one launch (starting the ranks costs more than a short run); write <name>/rank<k>.json per run.
 
 Run by tests/training/distributed/launch.py under `accelerate launch` (2 CPU ranks: DDP over gloo, or DeepSpeed)
-with `--runs '{"name": [run arguments], ...}'` (the run arguments are those of `parse_args`). `--trainer trl` uses plain `trl.GRPOTrainer` + `GRPOConfig`; `--trainer hub` uses `GRPOHubTrainer` +
-`GRPOHubConfig` with `--hub-config` (JSON of extra config fields). The JSON records the world the rank saw
-(world size, backend), the kinds of rows it scored, TRL's log history, and how far the trainable
-parameters moved (gathered under ZeRO-3).
+with `--runs '{"name": [run arguments], ...}'` (the run arguments are those of `parse_args`). `--trainer trl`
+uses plain `trl.GRPOTrainer` + `GRPOConfig`; `--trainer hub` uses `GRPOHubTrainer` + `GRPOHubConfig` with
+`--hub-config` (JSON of extra config fields). The JSON records the world the rank saw (world size, backend),
+the kinds of rows it scored, TRL's log history, and how far the trainable parameters moved (gathered under
+ZeRO-3).
 """
 
 from __future__ import annotations
