@@ -22,7 +22,7 @@ from benchmarks.common import check_device
 BENCHMARKS = {
     "step_time": ["--quick"],
     "memory": ["--quick"],
-    "filtering": ["--reps", "1", "--steps", "1"],
+    "filtering": ["--reps", "1", "--steps", "1", "--batch", "4", "--completion-length", "8"],
     "reference": ["--skip-05b", "--steps", "2", "--repeats", "2"],
     "dynamic_sampling": ["--steps", "3"],
     "selective_rollout": ["--quick"],

@@ -1,10 +1,12 @@
-"""Worker for the distributed tests: train the tiny model with GRPO on this rank, write rank<k>.json.
+"""Worker for the distributed tests: train the tiny model with GRPO on this rank, once per run, one run after
+the other in this one launch (starting the ranks costs more than a short run); write <name>/rank<k>.json per run.
 
-Run by tests/training/distributed/launch.py under `accelerate launch` (2 CPU ranks: DDP over gloo, or DeepSpeed).
-`--trainer trl` uses plain `trl.GRPOTrainer` + `GRPOConfig`; `--trainer hub` uses `GRPOHubTrainer` +
-`GRPOHubConfig` with `--hub-config` (JSON of extra config fields). The JSON records the world the rank saw
-(world size, backend), the kinds of rows it scored, TRL's log history, and how far the trainable
-parameters moved (gathered under ZeRO-3).
+Run by tests/training/distributed/launch.py under `accelerate launch` (2 CPU ranks: DDP over gloo, or DeepSpeed)
+with `--runs '{"name": [run arguments], ...}'` (the run arguments are those of `parse_args`). `--trainer trl`
+uses plain `trl.GRPOTrainer` + `GRPOConfig`; `--trainer hub` uses `GRPOHubTrainer` + `GRPOHubConfig` with
+`--hub-config` (JSON of extra config fields). The JSON records the world the rank saw (world size, backend),
+the kinds of rows it scored, TRL's log history, and how far the trainable parameters moved (gathered under
+ZeRO-3).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ PROMPTS_PER_RANK = 2
 WORLD_SIZE = 2
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """One run's arguments."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trainer", choices=("trl", "hub"), required=True)
     parser.add_argument("--scenario", choices=SCENARIOS, default="task")
@@ -37,8 +40,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of all weights")
     parser.add_argument("--hub-config", default="{}", help="JSON of GRPOHubConfig fields (--trainer hub)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--result-dir", required=True)
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def trainable_state(model) -> dict[str, torch.Tensor]:
@@ -104,9 +106,8 @@ def build_trainer(args: argparse.Namespace, config, scored: Counter):
     )
 
 
-def main() -> None:
-    args = parse_args()
-    result_dir = Path(args.result_dir)
+def train(args: argparse.Namespace, result_dir: Path) -> None:
+    """One run: train, then write this rank's result to `result_dir`/rank<k>.json."""
     config = build_config(args, str(result_dir / "trainer_output"))
     scored: Counter = Counter()
     trainer = build_trainer(args, config, scored)
@@ -129,8 +130,18 @@ def main() -> None:
         "param_fingerprint": sum(t.double().abs().sum().item() for t in after.values()),
         "n_trainable": sum(t.numel() for t in after.values()),
     }
+    result_dir.mkdir(parents=True, exist_ok=True)
     (result_dir / f"rank{accelerator.process_index}.json").write_text(json.dumps(result, allow_nan=True))
     accelerator.wait_for_everyone()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", required=True, help="JSON: {run name: [run arguments]}")
+    parser.add_argument("--result-dir", required=True)
+    cli = parser.parse_args()
+    for name, argv in json.loads(cli.runs).items():
+        train(parse_args(argv), Path(cli.result_dir) / name)
 
 
 if __name__ == "__main__":

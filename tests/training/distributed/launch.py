@@ -3,7 +3,8 @@
 `run_accelerate(config, script, args)` picks a free rendezvous port, limits every rank to one thread,
 caches DeepSpeed's JIT-built ops under `$TORCH_EXTENSIONS_DIR` (default `~/.cache/torch_extensions`),
 kills the whole process group on timeout, and fails with the tail of the output when the launch fails.
-The worker receives `--result-dir DIR` and writes `DIR/rank<k>.json` on every rank.
+The worker receives `--result-dir DIR` and writes `DIR/rank<k>.json` on every rank; `run_accelerate_runs` launches
+a worker that trains several runs in one launch and writes `DIR/<run name>/rank<k>.json`.
 `run_isolated` is the process-group runner underneath, shared with the vLLM and recipe tests.
 """
 
@@ -113,19 +114,36 @@ def run_accelerate(
     (or a path). Raises AssertionError with the output tail on a non-zero exit, a timeout, or a missing
     rank result.
     """
+    with tempfile.TemporaryDirectory(prefix="grpo_hub_dist_") as result_dir:
+        output = _launch(config, script, [*args, "--result-dir", result_dir], timeout)
+        return _rank_results(Path(result_dir), output)
+
+
+def run_accelerate_runs(config: str, script: str, runs: dict[str, list[str]], timeout: float = 600) -> dict:
+    """One launch of a worker that trains several runs one after the other (`--runs`, as grpo_worker.py does):
+    {run name: {"ranks": [...], **rank0}} from `<result-dir>/<name>/rank<k>.json`. Arguments as run_accelerate."""
+    with tempfile.TemporaryDirectory(prefix="grpo_hub_dist_") as result_dir:
+        output = _launch(config, script, ["--runs", json.dumps(runs), "--result-dir", result_dir], timeout)
+        return {name: _rank_results(Path(result_dir) / name, output) for name in runs}
+
+
+def _launch(config: str, script: str, args: list[str], timeout: float) -> str:
     config_path = Path(config) if Path(config).is_file() else ACCELERATE_CONFIGS / config
     script_path = Path(script) if Path(script).is_file() else WORKER_DIR / script
-    with tempfile.TemporaryDirectory(prefix="grpo_hub_dist_") as result_dir:
-        command = [
-            sys.executable, "-m", "accelerate.commands.launch",
-            "--config_file", str(config_path),
-            "--main_process_port", str(free_port()),
-            str(script_path), *args,
-            "--result-dir", result_dir,
-        ]  # fmt: skip
-        output = run_isolated(command, REPO_ROOT, launch_env(), timeout, "accelerate launch")
-        rank_files = sorted(Path(result_dir).glob("rank*.json"), key=lambda p: int(p.stem[len("rank") :]))
-        if not rank_files:
-            raise AssertionError(f"no rank wrote a result. Output tail:\n{output_tail(output)}")
-        ranks = [json.loads(path.read_text()) for path in rank_files]
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(config_path),
+        "--main_process_port", str(free_port()),
+        str(script_path), *args,
+    ]  # fmt: skip
+    return run_isolated(command, REPO_ROOT, launch_env(), timeout, "accelerate launch")
+
+
+def _rank_results(result_dir: Path, output: str) -> dict:
+    rank_files = sorted(result_dir.glob("rank*.json"), key=lambda p: int(p.stem[len("rank") :]))
+    if not rank_files:
+        raise AssertionError(
+            f"no rank wrote a result in {result_dir.name}. Output tail:\n{output_tail(output)}"
+        )
+    ranks = [json.loads(path.read_text()) for path in rank_files]
     return {**ranks[0], "ranks": ranks}

@@ -2,6 +2,7 @@
 
 The crafted "rank1-flat" data puts only constant-reward (zero-signal) groups on rank 1, so with
 filtering on rank 1 has every row dropped while rank 0 trains; see tests/training/distributed/scenarios.py.
+Every run is trained in one launch (RUNS) and shared by the tests.
 """
 
 import json
@@ -10,7 +11,7 @@ import math
 import pytest
 
 from tests.training.distributed.checks import assert_trained_in_sync, assert_two_rank_world, step_logs
-from tests.training.distributed.launch import run_accelerate
+from tests.training.distributed.launch import run_accelerate_runs
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -18,23 +19,41 @@ CONFIG = "cpu-ddp.yaml"
 ROWS_PER_RANK = 8  # 2 prompts x 4 generations per rank and generation batch (grpo_worker.py)
 
 
-def run_ddp(*args: str, hub_config: dict | None = None) -> dict:
-    extra = (
+def run_args(*args: str, hub_config: dict | None = None) -> list[str]:
+    """grpo_worker.py arguments: plain TRL, or GRPOHubTrainer with `hub_config`."""
+    trainer = (
         ["--trainer", "trl"]
         if hub_config is None
         else ["--trainer", "hub", "--hub-config", json.dumps(hub_config)]
     )
-    return run_accelerate(CONFIG, "grpo_worker.py", [*extra, *args], timeout=480)
+    return [*trainer, *args]
+
+
+RANK1_FLAT = ("--scenario", "rank1-flat", "--max-steps", "2", "--grad-accum", "2")
+RUNS = {
+    # plain trl.GRPOTrainer, 2 steps of 2 micro-steps on the rank1-flat data (the harness check and the baseline)
+    "trl_rank1_flat": run_args(*RANK1_FLAT),
+    "all_normalizer_rank1_flat": run_args(
+        *RANK1_FLAT, hub_config={"filter_zero_signal": True, "zero_signal_normalizer": "all"}
+    ),
+    "all_flat": run_args(
+        "--scenario", "all-flat", "--max-steps", "2", "--grad-accum", "2", hub_config={"filter_zero_signal": True}
+    ),
+    "task": run_args(
+        "--scenario", "task", "--max-steps", "20", "--learning-rate", "1e-2", "--seed", "3",
+        hub_config={"filter_zero_signal": True},
+    ),
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def trl_rank1_flat() -> dict:
-    """Plain trl.GRPOTrainer, 2 steps of 2 micro-steps on the rank1-flat data (the harness check and the baseline)."""
-    return run_ddp("--scenario", "rank1-flat", "--max-steps", "2", "--grad-accum", "2")
+def runs() -> dict:
+    """{name: result} of every run of RUNS, trained one after the other in one 2-rank launch."""
+    return run_accelerate_runs(CONFIG, "grpo_worker.py", RUNS, timeout=600)
 
 
-def test_plain_trl_runs_on_two_gloo_ranks_with_the_crafted_layout(trl_rank1_flat):
-    result = trl_rank1_flat
+def test_plain_trl_runs_on_two_gloo_ranks_with_the_crafted_layout(runs):
+    result = runs["trl_rank1_flat"]
     assert_two_rank_world(result, "MULTI_CPU")
     assert result["trainer"] == "GRPOTrainer"
     assert result["ranks"][0]["scored"] == {"live": 2 * 2 * ROWS_PER_RANK}
@@ -43,18 +62,17 @@ def test_plain_trl_runs_on_two_gloo_ranks_with_the_crafted_layout(trl_rank1_flat
     assert_trained_in_sync(result, steps=2)
 
 
-def test_rank_with_every_row_filtered_trains_like_trl(trl_rank1_flat):
+def test_rank_with_every_row_filtered_trains_like_trl(runs):
     """Rank 1 keeps no row; with normaliser "all" the update must equal plain TRL's on the same batches, with the
     kept rows repacked over the 2 micro-steps (as many as rank 0's kept rows need, on both ranks)."""
-    config = {"filter_zero_signal": True, "zero_signal_normalizer": "all"}
-    result = run_ddp("--scenario", "rank1-flat", "--max-steps", "2", "--grad-accum", "2", hub_config=config)
+    result = runs["all_normalizer_rank1_flat"]
     assert_two_rank_world(result, "MULTI_CPU")
     assert result["trainer"] == "GRPOHubTrainer"
     assert result["ranks"][1]["scored"] == {"flat": 2 * 2 * ROWS_PER_RANK}, (
         "rank 1 must see only zero-signal groups"
     )
     assert_trained_in_sync(result, steps=2)
-    for entry, trl_entry in zip(step_logs(result), step_logs(trl_rank1_flat), strict=True):
+    for entry, trl_entry in zip(step_logs(result), step_logs(runs["trl_rank1_flat"]), strict=True):
         assert entry["filter/frac_rows_dropped"] == 0.5
         kept = entry["filter/rows_trained"]
         assert 0 < kept <= 2 * ROWS_PER_RANK  # rank 0's rows of its 2 micro-batches
@@ -64,10 +82,9 @@ def test_rank_with_every_row_filtered_trains_like_trl(trl_rank1_flat):
         assert entry["grad_norm"] == pytest.approx(trl_entry["grad_norm"], rel=1e-3)
 
 
-def test_all_rows_filtered_on_both_ranks_is_a_no_op_step():
+def test_all_rows_filtered_on_both_ranks_is_a_no_op_step(runs):
     """Every group zero-signal, 2 micro-steps per batch: one pad row per rank and micro-step, zero update."""
-    config = {"filter_zero_signal": True}
-    result = run_ddp("--scenario", "all-flat", "--max-steps", "2", "--grad-accum", "2", hub_config=config)
+    result = runs["all_flat"]
     assert_two_rank_world(result, "MULTI_CPU")
     assert result["global_step"] == 2
     for entry in step_logs(result):
@@ -80,11 +97,8 @@ def test_all_rows_filtered_on_both_ranks_is_a_no_op_step():
         assert rank["params_finite"] and rank["max_param_change"] == 0.0
 
 
-def test_filtered_training_raises_the_task_reward():
-    config = {"filter_zero_signal": True}
-    result = run_ddp(
-        "--scenario", "task", "--max-steps", "20", "--learning-rate", "1e-2", "--seed", "3", hub_config=config
-    )
+def test_filtered_training_raises_the_task_reward(runs):
+    result = runs["task"]
     assert_two_rank_world(result, "MULTI_CPU")
     assert_trained_in_sync(result, steps=20)
     rewards = [entry["reward"] for entry in step_logs(result)]

@@ -2,6 +2,7 @@
 
 "task-rank1-flat" data: rank 0 scores the built-in task, rank 1 only constant-reward groups, so with
 filtering on rank 1 has every row dropped at every step while rank 0 trains (tests/training/distributed/scenarios.py).
+Every run of one ZeRO stage is trained in one launch (`runs`) and shared by the tests.
 The first DeepSpeed launch JIT-builds deepspeed_shm_comm (1-4 min) into $TORCH_EXTENSIONS_DIR;
 .ci/run builds it before the tests.
 """
@@ -12,35 +13,39 @@ import pytest
 
 from tests.conftest import requires
 from tests.training.distributed.checks import assert_trained_in_sync, assert_two_rank_world, step_logs
-from tests.training.distributed.launch import run_accelerate
+from tests.training.distributed.launch import run_accelerate_runs
 
 pytestmark = [pytest.mark.distributed, pytest.mark.deepspeed, pytest.mark.slow]
 
 STEPS = 20
 ROWS_PER_RANK = 8
+# The fully-filtered run's extra config per ZeRO stage.
+FULLY_FILTERED = {
+    "cpu-zero2.yaml": {"filter_zero_signal": True, "loss_type": "cispo"},
+    "cpu-zero3.yaml": {"filter_zero_signal": True, "loss_agg_mode": "seq-mean-token-mean"},
+}
+# 2 micro-steps of 8 rows per optimizer step, every other group flat on both ranks; packed (None) and thin (False).
+HALF_FLAT = ["--trainer", "hub", "--lora", "--scenario", "half-flat", "--grad-accum", "2"]
+HALF_FLAT += ["--max-steps", "2", "--learning-rate", "5e-2", "--seed", "3"]
+PACK = {"packed": None, "thin": False}
 
 
-@pytest.mark.parametrize(
-    ("config", "hub_config"),
-    [
-        ("cpu-zero2.yaml", {"filter_zero_signal": True, "loss_type": "cispo"}),
-        ("cpu-zero3.yaml", {"filter_zero_signal": True, "loss_agg_mode": "seq-mean-token-mean"}),
-    ],
-    ids=["zero2-cispo", "zero3-loss_agg_mode"],
-)
-def test_lora_training_with_one_rank_fully_filtered(config, hub_config):
+@pytest.fixture(scope="module", params=list(FULLY_FILTERED), ids=["zero2", "zero3"])
+def runs(request) -> dict:
+    """{name: result} of the fully-filtered, packed and thin runs, trained in one 2-rank launch of this stage."""
     requires("deepspeed", "ZeRO-2/3 on 2 CPU ranks")
-    args = [
-        "--trainer",
-        "hub",
-        "--hub-config",
-        json.dumps(hub_config),
-        "--lora",
-        "--scenario",
-        "task-rank1-flat",
-    ]
-    args += ["--max-steps", str(STEPS), "--learning-rate", "5e-2", "--seed", "3"]
-    result = run_accelerate(config, "grpo_worker.py", args, timeout=560)
+    fully_filtered = ["--trainer", "hub", "--hub-config", json.dumps(FULLY_FILTERED[request.param])]
+    fully_filtered += ["--lora", "--scenario", "task-rank1-flat"]
+    fully_filtered += ["--max-steps", str(STEPS), "--learning-rate", "5e-2", "--seed", "3"]
+    runs = {"fully_filtered": fully_filtered}
+    for name, pack in PACK.items():
+        hub_config = json.dumps({"filter_zero_signal": True, "zero_signal_pack": pack})
+        runs[name] = [*HALF_FLAT, "--hub-config", hub_config]
+    return run_accelerate_runs(request.param, "grpo_worker.py", runs, timeout=600)
+
+
+def test_lora_training_with_one_rank_fully_filtered(runs):
+    result = runs["fully_filtered"]
 
     assert_two_rank_world(result, "DEEPSPEED")
     assert result["trainer"] == "GRPOHubTrainer"
@@ -58,25 +63,16 @@ def test_lora_training_with_one_rank_fully_filtered(config, hub_config):
     assert last > first + 0.15, rewards
 
 
-@pytest.mark.parametrize("config", ["cpu-zero2.yaml", "cpu-zero3.yaml"], ids=["zero2", "zero3"])
-def test_packed_filtering_matches_unpacked_under_deepspeed(config):
+def test_packed_filtering_matches_unpacked_under_deepspeed(runs):
     """2 micro-steps of 8 rows per optimizer step, every other group flat on both ranks: packing runs 1 of them
     (8 kept rows per rank) and the update equals running both, thinner (loss, grad norm, final weights)."""
-    requires("deepspeed", "ZeRO-2/3 on 2 CPU ranks")
-    args = ["--trainer", "hub", "--lora", "--scenario", "half-flat", "--grad-accum", "2"]
-    args += ["--max-steps", "2", "--learning-rate", "5e-2", "--seed", "3"]
-    runs = {}
-    for pack in (False, None):
-        hub_config = json.dumps({"filter_zero_signal": True, "zero_signal_pack": pack})
-        runs[pack] = run_accelerate(
-            config, "grpo_worker.py", [*args, "--hub-config", hub_config], timeout=560
-        )
-        assert_two_rank_world(runs[pack], "DEEPSPEED")
-        assert_trained_in_sync(runs[pack], steps=2)
-    packed, thin = step_logs(runs[None]), step_logs(runs[False])
+    for name in PACK:
+        assert_two_rank_world(runs[name], "DEEPSPEED")
+        assert_trained_in_sync(runs[name], steps=2)
+    packed, thin = step_logs(runs["packed"]), step_logs(runs["thin"])
     assert [entry["filter/micro_steps_run"] for entry in packed] == [1.0, 1.0]
     assert all("filter/micro_steps_run" not in entry for entry in thin)
     for a, b in zip(packed, thin, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-6)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)
-    assert runs[None]["param_fingerprint"] == pytest.approx(runs[False]["param_fingerprint"], rel=1e-6)
+    assert runs["packed"]["param_fingerprint"] == pytest.approx(runs["thin"]["param_fingerprint"], rel=1e-6)

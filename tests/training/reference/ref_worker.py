@@ -4,7 +4,9 @@ Run under `accelerate launch` by tests/training/reference/test_reference_distrib
 ZeRO-3). After every optimizer step each rank gathers both adapters (a collective under ZeRO-3) and records
 a SHA-256 of the reference and of the trained adapter plus their largest difference; it also records the
 bytes of its LOCAL reference storage (the ZeRO-3 shard, or the whole tensor under DDP), so the test can tell
-identical ranks from ranks that merely gather the same inconsistent shards. Writes rank<k>.json.
+identical ranks from ranks that merely gather the same inconsistent shards. Trains each run of
+`--runs '{"name": [run arguments], ...}'` (those of `parse_args`) one after the other in this launch and writes
+<name>/rank<k>.json per run.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ class HashProbe(TrainerCallback):
         self.steps[state.global_step] = self.record(model)
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """One run's arguments."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--sync-steps", type=int, default=2)
@@ -96,18 +99,18 @@ def parse_args() -> argparse.Namespace:
         "--perturb-rank1-ref", action="store_true", help="offset rank 1's ref before training"
     )
     parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: never)")
-    parser.add_argument("--output-dir", default=None, help="trainer output dir (default: in --result-dir)")
+    parser.add_argument(
+        "--output-dir", default=None, help="trainer output dir (default: in the run's result dir)"
+    )
     parser.add_argument("--resume", default=None, help="checkpoint folder to resume from")
     parser.add_argument(
         "--bf16", action="store_true", help="bf16 mixed precision (TRL keeps LoRA in bf16 under ZeRO-3)"
     )
-    parser.add_argument("--result-dir", required=True)
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
-def main() -> None:
-    args = parse_args()
-    result_dir = Path(args.result_dir)
+def train(args: argparse.Namespace, result_dir: Path) -> None:
+    """One run: train, then write this rank's result to `result_dir`/rank<k>.json."""
     config = grpo_args(
         args.output_dir or str(result_dir / "trainer_output"),
         GRPOHubConfig,
@@ -149,8 +152,18 @@ def main() -> None:
         "final": probe.record(trainer.model),  # after the last refresh
         "kl": {row["step"]: row["kl"] for row in trainer.state.log_history if "kl" in row},
     }
+    result_dir.mkdir(parents=True, exist_ok=True)
     (result_dir / f"rank{accelerator.process_index}.json").write_text(json.dumps(result))
     accelerator.wait_for_everyone()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", required=True, help="JSON: {run name: [run arguments]}")
+    parser.add_argument("--result-dir", required=True)
+    cli = parser.parse_args()
+    for name, argv in json.loads(cli.runs).items():
+        train(parse_args(argv), Path(cli.result_dir) / name)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """2 CPU ranks (DDP over gloo, DeepSpeed ZeRO-3 in fp32 and bf16): every rank ends with identical, correctly
-refreshed reference weights, and a ZeRO-3 resume continues with the saved reference. Each launch takes ~40-60 s."""
+refreshed reference weights, and a ZeRO-3 resume continues with the saved reference. Each launch takes ~40-60 s;
+where the straight and the resumed run share an accelerate config, both run in one launch."""
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import requires
-from tests.training.distributed.launch import partitioned_zero3_config, run_accelerate, zero3_config
+from tests.training.distributed.launch import partitioned_zero3_config, run_accelerate_runs, zero3_config
 
 WORKER = str(Path(__file__).with_name("ref_worker.py"))
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -34,7 +34,7 @@ def _check_ranks(result: dict, hard: bool) -> None:
 def test_ddp_ranks_hold_identical_refreshed_reference():
     """EMA (alpha 0.5) after rank 1's reference was offset: the refresh broadcasts rank 0's result."""
     args = ["--max-steps", "4", "--sync-steps", "2", "--alpha", "0.5", "--perturb-rank1-ref"]
-    result = run_accelerate("cpu-ddp.yaml", WORKER, args, timeout=500)
+    result = run_accelerate_runs("cpu-ddp.yaml", WORKER, {"run": args}, timeout=500)["run"]
     assert "MULTI_CPU" in result["distributed_type"] or "MULTI_GPU" in result["distributed_type"]
     assert not result["ref_partitioned"]
     ranks = result["ranks"]
@@ -49,12 +49,14 @@ def test_zero3_refresh_and_resume(tmp_path):
     requires("deepspeed", "ZeRO-3 reference-adapter refresh")
     zero3 = str(partitioned_zero3_config(tmp_path))  # LoRA factors really sharded, not kept whole
     args = ["--max-steps", "4", "--sync-steps", "2", "--save-steps", "2"]
-    straight = run_accelerate(zero3, WORKER, [*args, "--output-dir", str(tmp_path / "a")], timeout=550)
+    runs = {"straight": straight_args(args, tmp_path), "resumed": resumed_args(args, tmp_path)}
+    runs = run_accelerate_runs(zero3, WORKER, runs, timeout=600)
+    straight = runs["straight"]
     assert "DEEPSPEED" in straight["distributed_type"] and straight["ref_partitioned"]
     # ZeRO-3: each rank stores a different shard, yet the gathered reference equals the trained adapter.
     assert straight["ranks"][0]["final"]["local_ref"] != straight["ranks"][1]["final"]["local_ref"]
     _check_ranks(straight, hard=True)
-    _check_resume(straight, zero3, args, tmp_path)
+    _check_resume(straight, runs["resumed"])
 
 
 @pytest.mark.deepspeed
@@ -65,20 +67,26 @@ def test_zero3_bf16_refresh_and_resume_with_and_without_init_flag(tmp_path):
     requires("deepspeed", "ZeRO-3 reference-adapter refresh under bf16")
     args = ["--max-steps", "4", "--sync-steps", "2", "--save-steps", "2", "--bf16"]
     zero3 = str(zero3_config(tmp_path, init_flag=True))
-    straight = run_accelerate(zero3, WORKER, [*args, "--output-dir", str(tmp_path / "a")], timeout=550)
+    straight = run_accelerate_runs(zero3, WORKER, {"run": straight_args(args, tmp_path)}, timeout=550)["run"]
     assert "DEEPSPEED" in straight["distributed_type"]
     assert straight["adapter_dtypes"] == ["torch.bfloat16"]
     _check_ranks(straight, hard=True)
-    _check_resume(straight, str(zero3_config(tmp_path, init_flag=False)), args, tmp_path)
+    zero3 = str(zero3_config(tmp_path, init_flag=False))
+    _check_resume(straight, run_accelerate_runs(zero3, WORKER, {"run": resumed_args(args, tmp_path)})["run"])
 
 
-def _check_resume(straight: dict, config: str, args: list[str], tmp_path) -> None:
-    """Resume from the straight run's step-2 checkpoint: the saved reference replaces the fresh copy."""
-    checkpoint = tmp_path / "b" / "checkpoint-2"
-    shutil.copytree(tmp_path / "a" / "checkpoint-2", checkpoint)
-    resumed = run_accelerate(
-        config, WORKER, [*args, "--output-dir", str(tmp_path / "b"), "--resume", str(checkpoint)]
-    )
+def straight_args(args: list[str], tmp_path) -> list[str]:
+    """The straight run: checkpoints (with the reference) in tmp/a."""
+    return [*args, "--output-dir", str(tmp_path / "a")]
+
+
+def resumed_args(args: list[str], tmp_path) -> list[str]:
+    """The resumed run: from the straight run's step-2 checkpoint, writing into its own folder tmp/b."""
+    return [*args, "--output-dir", str(tmp_path / "b"), "--resume", str(tmp_path / "a" / "checkpoint-2")]
+
+
+def _check_resume(straight: dict, resumed: dict) -> None:
+    """Resumed from the straight run's step-2 checkpoint: the saved reference replaces the fresh copy."""
     for rank in resumed["ranks"]:
         assert rank["refreshed_at"] == [4]
         # Built fresh, the reference starts as the untrained copy; the checkpoint's step-2 reference replaces it.

@@ -39,18 +39,17 @@ def vllm_env() -> dict[str, str]:
 
 
 def run_worker(
-    tmp_dir: Path, config: dict, *, ranks: int = 1, lora_r: int = 0, timeout: float = 420
-) -> list[dict]:
-    """Train with `config` overrides on `ranks` CPU ranks (LoRA if lora_r); return each rank's result dict."""
+    tmp_dir: Path, runs: dict[str, dict], *, ranks: int = 1, timeout: float = 600
+) -> dict[str, list[dict]]:
+    """Train every run of `runs` ({name: config overrides, plus `lora_r` for LoRA}) one after the other in one
+    launch on `ranks` CPU ranks; return {name: each rank's result dict}."""
     python = vllm_python()
     result_dir = tmp_dir / "result"
     result_dir.mkdir(parents=True)
     worker_args = [
         str(WORKER),
         "--result-dir", str(result_dir),
-        "--model-dir", str(tmp_dir.parent / "tiny-model"),
-        "--config", json.dumps(config),
-        "--lora-r", str(lora_r),
+        "--runs", json.dumps(runs),
     ]  # fmt: skip
     launcher = [python]
     if ranks > 1:
@@ -61,10 +60,10 @@ def run_worker(
             "--main_process_port", str(free_port()),
         ]  # fmt: skip
     output = run_isolated(launcher + worker_args, REPO_ROOT, vllm_env(), timeout, "vLLM run")
-    results = [result_dir / f"rank{k}.json" for k in range(ranks)]
-    missing = [p.name for p in results if not p.is_file()]
+    results = {name: [result_dir / name / f"rank{k}.json" for k in range(ranks)] for name in runs}
+    missing = [f"{p.parent.name}/{p.name}" for paths in results.values() for p in paths if not p.is_file()]
     assert not missing, f"ranks wrote no result {missing}:\n{output_tail(output)}"
-    return [json.loads(p.read_text()) for p in results]
+    return {name: [json.loads(p.read_text()) for p in paths] for name, paths in results.items()}
 
 
 def step_logs(result: dict) -> list[dict]:

