@@ -42,13 +42,11 @@ def vllm_env() -> dict[str, str]:
 
 
 def run_worker(
-    tmp_dir: Path, runs: dict[str, dict], *, ranks: int = 1, timeout: float = 600
+    result_dir: Path, runs: dict[str, dict], *, ranks: int = 1, timeout: float = 600
 ) -> dict[str, list[dict]]:
     """Train every run of `runs` ({name: config overrides, plus `lora_r` for LoRA}) one after the other in one
-    launch on `ranks` CPU ranks; return {name: each rank's result dict}."""
+    launch on `ranks` CPU ranks, writing into the folder `result_dir`; return {name: each rank's result dict}."""
     python = vllm_python()
-    result_dir = tmp_dir / "result"
-    result_dir.mkdir(parents=True)
     worker_args = [
         str(WORKER),
         "--result-dir", str(result_dir),
