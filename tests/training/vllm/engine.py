@@ -7,6 +7,7 @@ hangs is killed with its whole process group (vLLM starts engine and worker proc
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -20,8 +21,10 @@ TWO_CPU_RANKS = REPO_ROOT / "recipes" / "accelerate" / "cpu-ddp.yaml"
 DEFAULT_PYTHON = "/opt/vllm-env/bin/python"
 
 
+@functools.cache
 def vllm_python() -> str:
-    """Path of the vLLM env's python; skips (locally) or fails (CI) when it is missing or lacks vLLM."""
+    """Path of the vLLM env's python; skips (locally) or fails (CI) when it is missing or lacks vLLM. Probed once
+    per session (the probe imports vLLM: ~8 s)."""
     python = os.environ.get("GRPO_HUB_VLLM_PYTHON", DEFAULT_PYTHON)
     probe = [python, "-c", "import vllm, trl, grpo_hub"]
     if Path(python).is_file() and subprocess.run(probe, capture_output=True).returncode == 0:
@@ -39,13 +42,11 @@ def vllm_env() -> dict[str, str]:
 
 
 def run_worker(
-    tmp_dir: Path, runs: dict[str, dict], *, ranks: int = 1, timeout: float = 600
+    result_dir: Path, runs: dict[str, dict], *, ranks: int = 1, timeout: float = 600
 ) -> dict[str, list[dict]]:
     """Train every run of `runs` ({name: config overrides, plus `lora_r` for LoRA}) one after the other in one
-    launch on `ranks` CPU ranks; return {name: each rank's result dict}."""
+    launch on `ranks` CPU ranks, writing into the folder `result_dir`; return {name: each rank's result dict}."""
     python = vllm_python()
-    result_dir = tmp_dir / "result"
-    result_dir.mkdir(parents=True)
     worker_args = [
         str(WORKER),
         "--result-dir", str(result_dir),

@@ -15,19 +15,20 @@ from tests.training.vllm.engine import step_logs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
+RUNS = {1: ("one_rank_runs", ONE_RANK_RUNS), 2: ("two_rank_runs", TWO_RANK_RUNS)}  # ranks: fixture, its runs
+
 
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_refill_rounds_generate_with_vllm(request, ranks):
-    config = (ONE_RANK_RUNS if ranks == 1 else TWO_RANK_RUNS)["dynamic"]
-    runs = request.getfixturevalue("one_rank_runs" if ranks == 1 else "two_rank_runs")
-    results = runs["dynamic"]
+    fixture, runs = RUNS[ranks]
+    results = request.getfixturevalue(fixture)["dynamic"]
+    target_rows = 4 * runs["dynamic"]["dynamic_sampling_target_groups"]
     assert [result["world_size"] for result in results] == [ranks] * ranks
     per_rank = [step_logs(result) for result in results]
     for entries in zip(*per_rank, strict=True):
         assert len({entry["dynamic/rounds"] for entry in entries}) == 1, "ranks disagree on the rounds"
         entry = entries[0]
         assert entry["dynamic/rounds"] >= 1
-        target_rows = 4 * config["dynamic_sampling_target_groups"]
         assert entry["dynamic/rows_trained"] == target_rows or entry["dynamic/cap_hit"] == 1.0
         assert math.isfinite(entry["loss"])
         assert math.isfinite(entry["sampling/importance_sampling_ratio/mean"])
