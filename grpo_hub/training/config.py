@@ -1,12 +1,12 @@
 """GRPOHubConfig: `trl.GRPOConfig` plus the grpo_hub features, each off by default.
 
-With every new field at its default the config is exactly a `trl.GRPOConfig`. Fields are grouped by feature;
-each group has a `_validate_<feature>()` method called from `__post_init__`, and every invalid value raises a
-ValueError that names the field and the fix. Checks common to all fields run first (`_validate_values`): every
-field declared here has its annotated type and, if a float, is finite (None turns a bound off, never `inf`); no
-float field of the config (TRL's included) is NaN; and a field set explicitly -- its value differs from its
-default -- whose switch is off (`EFFECT_NEEDS`) is an error, since it would have no effect. A value equal to the
-default cannot be told apart from an unset one and is accepted.
+With every new field at its default the config is exactly a `trl.GRPOConfig`. Fields are grouped by feature and
+documented once, here. `__post_init__` checks every field's type and finiteness (None turns a bound off, never
+`inf`) and NaN in any float field, then builds in two phases (grpo_hub.training.features): resolve presets and
+implied switches, then validate the resolved config. A field set explicitly -- its value differs from its
+default -- whose switch is off (`EFFECT_NEEDS`) is an error, since it would have no effect; a value equal to the
+default cannot be told apart from an unset one and is accepted. Every error is a ValueError naming the field (both
+fields for a conflict) and the fix.
 """
 
 import dataclasses
@@ -16,75 +16,16 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from grpo_hub.algos import advantages, importance, losses, selection
+from grpo_hub.training import features
 from grpo_hub.training.compat import check_trl_version
-from grpo_hub.training.reference import validate_reference_settings
 from grpo_hub.training.validation import check_effect, check_finite, check_type, field_error
-from grpo_hub.training.vllm_checks import AGILERL_TOKEN_CAP, check_sampler_matches_trainer, resolve_vllm_is
+from grpo_hub.training.vllm_checks import AGILERL_TOKEN_CAP
 
 check_trl_version()
 
-TRL_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
-LOSS_TYPES = (*TRL_LOSS_TYPES, "gspo")
-# Clipped-surrogate losses that the own loss path computes (the loss_type then only picks the surrogate).
-OWN_PATH_LOSS_TYPES = ("grpo", "dapo", "cispo")
-ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
-# TRL losses that average over the rows of a micro-batch ("gspo" resolves to "grpo"): pad rows would dilute them.
-ROW_MEAN_LOSSES = ("grpo", "gspo", "sapo", "luspo", "dr_grpo")
-DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
-
-# A field set away from its default has an effect only when its switch is on: field -> (switch, predicate).
-EFFECT_NEEDS = {
-    "zero_signal_eps": (
-        "filter_zero_signal=True, dynamic_sampling=True or selective_rollout=True",
-        lambda c: c.filter_zero_signal or c.dynamic_sampling or c.selective_rollout,
-    ),
-    "zero_signal_normalizer": (
-        "filter_zero_signal=True or dynamic_sampling=True",
-        lambda c: c.filter_zero_signal or c.dynamic_sampling,
-    ),
-    "zero_signal_pack": (
-        "filter_zero_signal=True or dynamic_sampling=True",
-        lambda c: c.filter_zero_signal or c.dynamic_sampling,
-    ),
-    "dynamic_sampling_target_groups": ("dynamic_sampling=True", lambda c: c.dynamic_sampling),
-    "dynamic_sampling_max_rounds": ("dynamic_sampling=True", lambda c: c.dynamic_sampling),
-    "dynamic_sampling_on_cap": ("dynamic_sampling=True", lambda c: c.dynamic_sampling),
-    "reward_shift": ("reward_norm='batch' or 'running'", lambda c: c.reward_norm is not None),
-    "reward_scale": ("reward_norm='batch' or 'running'", lambda c: c.reward_norm is not None),
-    "vllm_is_pooling": (
-        "use_vllm=True and vllm_importance_sampling_correction=True",
-        lambda c: c.use_vllm and c.vllm_importance_sampling_correction,
-    ),
-    "vllm_is_preset": (
-        "use_vllm=True and vllm_importance_sampling_correction=True",
-        lambda c: c.use_vllm and c.vllm_importance_sampling_correction,
-    ),
-    "ref_adapter_sync_steps": ("ref_adapter_sync_on='steps'", lambda c: c.ref_adapter_sync_on == "steps"),
-    "ref_adapter_mixup_alpha": (
-        "ref_adapter_sync_on='steps' or 'epoch'",
-        lambda c: c.ref_adapter_sync_on != "never",
-    ),
-    "ref_adapter_save": ("beta > 0 (without a KL term there is no 'ref' adapter)", lambda c: c.beta != 0.0),
-    **{
-        f"selective_rollout_{name}": ("selective_rollout=True", lambda c: c.selective_rollout)
-        for name in (
-            "id_column",
-            "target_zero_frac",
-            "explore_init",
-            "explore_step",
-            "min_keep_prob",
-            "reward_min",
-            "reward_max",
-        )
-    },
-}
+EFFECT_NEEDS = features.effect_needs()  # field -> (what it needs, predicate on the resolved config)
 # TRL bounds that grpo_hub's checks compare against: finite, or None for TRL's default / off.
 FINITE_TRL_BOUNDS = ("epsilon_high", "delta")
-
-TRL_EPSILON = 0.2
-GSPO_EPSILON, GSPO_EPSILON_HIGH = 3e-4, 4e-4  # GSPO paper, section 5.1
-CISPO_EPSILON_HIGH = 5.0  # ScaleRL paper's recommended CISPO cap
 
 
 @dataclass
@@ -360,25 +301,18 @@ class GRPOHubConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        self._validate_values()
-        self._validate_loss_type()
-        self._validate_filtering()
-        self._apply_presets()
-        resolve_vllm_is(self)
+        """Two phases (grpo_hub.training.features): resolve presets and implied switches, then validate the resolved
+        config, which validation never changes. Type, finiteness and NaN checks run first, on the values given."""
+        self.implied_by = {}  # switch -> the switch that turned it on while resolving
+        self._check_values()
+        explicit = {name for name in EFFECT_NEEDS if getattr(self, name) != DEFAULTS[name]}
+        features.resolve(self)
         super().__post_init__()
-        self._validate_clip()
-        self._validate_loss_agg()
-        self._validate_dynamic_sampling()
-        self._validate_selective_rollout()
-        self._validate_turn_advantages()
-        self._validate_rewards()
-        self._validate_advantages()
-        self._validate_vllm_is()
-        self._validate_reference_adapter()
+        check_effect(self, {name: EFFECT_NEEDS[name] for name in explicit}, DEFAULTS)
+        features.validate(self)
 
-    # --- validation and presets, one method per feature ---
-    def _validate_values(self) -> None:
-        """Type and finiteness of every field declared here, no NaN anywhere, no effect-less field (module doc)."""
+    def _check_values(self) -> None:
+        """Type and finiteness of every field declared here, and no NaN in any float field (TRL's included)."""
         for name, annotation in inspect.get_annotations(GRPOHubConfig).items():
             check_type(name, getattr(self, name), annotation)
             check_finite(name, getattr(self, name))
@@ -388,350 +322,26 @@ class GRPOHubConfig(GRPOConfig):
             value = getattr(self, f.name)
             if isinstance(value, float) and math.isnan(value):
                 field_error(f.name, "is NaN, which passes every range check.", "give a number.")
-        defaults = {f.name: f.default for f in dataclasses.fields(GRPOHubConfig)}
-        check_effect(self, EFFECT_NEEDS, defaults)
 
-    def _validate_loss_type(self) -> None:
-        if self.loss_type not in LOSS_TYPES:
-            field_error("loss_type", f"{self.loss_type!r} is not supported.", f"use one of {LOSS_TYPES}.")
-        if self.importance_sampling_level is not None and self.importance_sampling_level not in losses.LEVELS:
-            field_error(
-                "importance_sampling_level",
-                f"{self.importance_sampling_level!r} is not supported.",
-                f"use one of {losses.LEVELS}.",
-            )
-        if self.loss_type == "gspo" and self.importance_sampling_level not in (None, "sequence"):
-            field_error(
-                "importance_sampling_level",
-                f"loss_type='gspo' is sequence-level but importance_sampling_level={self.importance_sampling_level!r}.",
-                "leave importance_sampling_level unset, or use loss_type='grpo' for a token/turn-level ratio.",
-            )
-        if self.importance_sampling_level == "turn" and self.loss_type not in (*OWN_PATH_LOSS_TYPES, "gspo"):
-            field_error(
-                "importance_sampling_level",
-                f"'turn' is implemented for loss_type in {OWN_PATH_LOSS_TYPES}, not {self.loss_type!r}.",
-                "use loss_type='grpo', 'dapo' or 'cispo', or importance_sampling_level='token'/'sequence'.",
-            )
-
-    def _validate_filtering(self) -> None:
-        if self.zero_signal_eps < 0:
-            field_error(
-                "zero_signal_eps", f"must be >= 0, got {self.zero_signal_eps}.", "use 0.0 or a small spread."
-            )
-        if self.zero_signal_normalizer not in ZERO_SIGNAL_NORMALIZERS:
-            field_error(
-                "zero_signal_normalizer",
-                f"{self.zero_signal_normalizer!r} is not supported.",
-                f"use one of {ZERO_SIGNAL_NORMALIZERS}.",
-            )
-        for switch in ("filter_zero_signal", "dynamic_sampling", "selective_rollout"):
-            if getattr(self, switch) and self.num_generations is not None and self.num_generations < 2:
-                field_error(
-                    switch,
-                    f"needs groups of >= 2 completions, but num_generations={self.num_generations}.",
-                    f"set num_generations >= 2 or {switch}=False.",
-                )
-        if self.zero_signal_pack:  # without filtering: EFFECT_NEEDS
-            for reason in self._pack_blockers():
-                field_error("zero_signal_pack", f"cannot apply: {reason}.", "leave zero_signal_pack unset.")
-        row_mean = self.loss_type in ROW_MEAN_LOSSES and self.loss_agg_mode is None
-        if self.filter_zero_signal and row_mean and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
-            field_error(
-                "entropy_coef",
-                f"loss_type={self.loss_type!r} averages over rows, and filtering rescales that mean (pad rows must "
-                "not dilute it), which would also rescale TRL's entropy bonus.",
-                "use loss_type='dapo' (or a loss_agg_mode) with entropy_coef, or entropy_coef=0.0.",
-            )
-
-    def _validate_dynamic_sampling(self) -> None:
-        """Dynamic sampling options (after TRL's __post_init__, which resolves generation_batch_size)."""
-        if self.dynamic_sampling_on_cap not in DYNAMIC_SAMPLING_ON_CAP:
-            field_error(
-                "dynamic_sampling_on_cap",
-                f"{self.dynamic_sampling_on_cap!r} is not supported.",
-                f"use one of {DYNAMIC_SAMPLING_ON_CAP}.",
-            )
-        if self.dynamic_sampling_max_rounds < 0:
-            field_error(
-                "dynamic_sampling_max_rounds",
-                f"must be >= 0, got {self.dynamic_sampling_max_rounds}.",
-                "use e.g. 4.",
-            )
-        target = self.dynamic_sampling_target_groups
-        if not self.dynamic_sampling:
-            return
-        if self.zero_signal_normalizer != "kept":
-            field_error(
-                "zero_signal_normalizer",
-                "'all' (the unfiltered batch) is not defined across dynamic-sampling rounds.",
-                "use zero_signal_normalizer='kept' (DAPO normalises over the trained batch).",
-            )
-        groups_per_batch = self.generation_batch_size // self.num_generations
-        reachable = (1 + self.dynamic_sampling_max_rounds) * groups_per_batch
-        if target is not None and not 1 <= target <= reachable:
-            field_error(
-                "dynamic_sampling_target_groups",
-                f"must be in [1, {reachable}] ((1 + dynamic_sampling_max_rounds) x {groups_per_batch} groups per "
-                f"generation batch), got {target}.",
-                "lower the target or raise dynamic_sampling_max_rounds.",
-            )
-        self.filter_zero_signal = True
-
-    def _validate_selective_rollout(self) -> None:
-        if not self.selective_rollout:
-            return  # its fields set without it are rejected by EFFECT_NEEDS
-        if self.reward_norm is not None:
-            field_error(
-                "reward_norm",
-                "rescales rewards per batch or over time, but selective_rollout tells all-max from all-min groups by "
-                "their reward value.",
-                "unset reward_norm (reward_clip is fine), or set selective_rollout=False.",
-            )
-        ranges = {
-            "selective_rollout_target_zero_frac": (0.0, 1.0),
-            "selective_rollout_explore_init": (selection.EXPLORE_LOW, selection.EXPLORE_HIGH),
-            "selective_rollout_explore_step": (0.0, 1.0),
-        }
-        for name, (low, high) in ranges.items():
-            if not low <= getattr(self, name) <= high:
-                field_error(
-                    name, f"must be in [{low}, {high}], got {getattr(self, name)}.", "use its default."
-                )
-        if not 0.0 < self.selective_rollout_min_keep_prob <= 1.0:
-            field_error(
-                "selective_rollout_min_keep_prob",
-                f"must be in (0, 1], got {self.selective_rollout_min_keep_prob}; 0 would never revisit a prompt.",
-                "use e.g. 0.01.",
-            )
-        low, high = self.selective_rollout_reward_min, self.selective_rollout_reward_max
-        if low is not None and high is not None and not low < high:
-            field_error(
-                "selective_rollout_reward_min",
-                f"must be < selective_rollout_reward_max, got {low} >= {high}.",
-                "give the reward function's lowest and highest value.",
-            )
-
-    def _validate_turn_advantages(self) -> None:
-        if self.turn_advantages is None:
-            return
-        if self.turn_advantages not in advantages.TURN_SCOPES:
-            field_error(
-                "turn_advantages",
-                f"{self.turn_advantages!r} is not supported.",
-                f"use one of {advantages.TURN_SCOPES} or None.",
-            )
-        clashing = {
-            "reward_clip": self.reward_clip is not None,
-            "reward_norm": self.reward_norm is not None,
-            "adv_norm": self.adv_norm is not None,
-            "whiten_advantages": self.whiten_advantages,
-            "adv_clip_range": self.adv_clip_range is not None,
-            "token_level_kl_coef": self.token_level_kl_coef > 0,
-            "multi_objective_aggregation": self.multi_objective_aggregation != "sum_then_normalize",
-        }
-        for name, is_set in clashing.items():
-            if is_set:
-                field_error(
-                    name,
-                    "is not supported together with turn_advantages (per-turn rewards are used raw).",
-                    f"reset {name} to its default or set turn_advantages=None.",
-                )
-
-    def _apply_presets(self) -> None:
-        """Resolve the gspo/cispo presets and the None defaults onto TRL's own fields."""
-        if self.loss_type == "gspo":
-            self.loss_type = "grpo"
-            self.importance_sampling_level = "sequence"
-            if self.epsilon is None and self.epsilon_high is None:
-                self.epsilon, self.epsilon_high = GSPO_EPSILON, GSPO_EPSILON_HIGH
-        if self.epsilon is None:
-            self.epsilon = TRL_EPSILON
-        if self.importance_sampling_level is None:
-            self.importance_sampling_level = "token"
-        if self.loss_type == "cispo" and self.epsilon_high is None:
-            self.epsilon_high = CISPO_EPSILON_HIGH
-
-    def _validate_clip(self) -> None:
-        if self.epsilon < 0:
-            field_error(
-                "epsilon", f"must be >= 0, got {self.epsilon}.", "use a small positive value such as 0.2."
-            )
-        if self.epsilon_high is not None and self.epsilon_high < 0:
-            field_error(
-                "epsilon_high", f"must be >= 0, got {self.epsilon_high}.", "use e.g. 0.28 (or 5.0 for cispo)."
-            )
-        if self.loss_type != "cispo" and self.epsilon >= 1:
-            field_error(
-                "epsilon",
-                f"the lower clip bound 1 - epsilon = {1 - self.epsilon} is not positive, so the clip range is inverted.",
-                "use epsilon < 1.",
-            )
-        if self.loss_type == "cispo" and self.epsilon_high <= 1:
-            field_error(
-                "epsilon_high",
-                f"with loss_type='cispo' it is the absolute ratio cap, and {self.epsilon_high} <= 1 down-weights "
-                "every on-policy token.",
-                "use epsilon_high > 1 (recommended 5.0) or leave it unset.",
-            )
-        if self.dual_clip_c is None:
-            return
-        if self.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
-            field_error(
-                "dual_clip_c",
-                f"applies to clipped surrogates, not loss_type={self.loss_type!r}.",
-                "unset it.",
-            )
-        upper = 1 + (self.epsilon_high if self.epsilon_high is not None else self.epsilon)
-        if self.dual_clip_c <= upper:
-            field_error(
-                "dual_clip_c",
-                f"must be > 1 + epsilon_high = {upper}, got {self.dual_clip_c}.",
-                "use e.g. dual_clip_c=3.0.",
-            )
-        if self.delta is not None and self.delta != self.dual_clip_c:
-            field_error(
-                "dual_clip_c",
-                f"and TRL's delta={self.delta} set the same cap differently.",
-                "set only one of dual_clip_c and delta.",
-            )
-        self.delta = self.dual_clip_c
-
-    def _pack_blockers(self) -> list[str]:
-        """Why moving rows between micro-steps would change the gradient (empty: packing is exact)."""
-        reasons = []
-        if self.loss_type == "bnpo" and self.loss_agg_mode is None:
-            reasons.append("loss_type='bnpo' is a token mean over each micro-batch")
-        if self.top_entropy_quantile < 1.0:
-            reasons.append("top_entropy_quantile < 1 takes its entropy quantile over each micro-batch")
-        return reasons
-
+    # --- what the resolved config changes in the trainer ---
     @property
     def packs_rows(self) -> bool:
         """Whether GRPOHubTrainer packs the kept rows of a filtered batch into fewer micro-steps."""
-        return self.filter_zero_signal and self.zero_signal_pack is not False and not self._pack_blockers()
+        return bool(self.filter_zero_signal and self.zero_signal_pack)
 
     @property
     def uses_own_loss(self) -> bool:
         """Whether GRPOHubTrainer computes the loss itself instead of TRL's `_compute_loss`."""
-        return self.loss_agg_mode is not None or self.importance_sampling_level == "turn"
-
-    def _validate_loss_agg(self) -> None:
-        if self.loss_agg_mode is not None and self.loss_agg_mode not in losses.AGG_MODES:
-            field_error(
-                "loss_agg_mode",
-                f"{self.loss_agg_mode!r} is not supported.",
-                f"use one of {losses.AGG_MODES}.",
-            )
-        if self.loss_agg_mode is not None and self.loss_type not in OWN_PATH_LOSS_TYPES:
-            field_error(
-                "loss_agg_mode",
-                f"loss_type={self.loss_type!r} fixes its own normaliser.",
-                "use loss_type='grpo' (or 'gspo', 'dapo', 'cispo') with loss_agg_mode, or unset loss_agg_mode.",
-            )
-        if not self.uses_own_loss:
-            return
-        unsupported = {
-            "off_policy_mask_threshold": self.off_policy_mask_threshold is not None,
-            "top_entropy_quantile": self.top_entropy_quantile < 1.0,
-            "entropy_coef": self.entropy_coef != 0.0 or self.use_adaptive_entropy,
-        }
-        for name, is_set in unsupported.items():
-            if is_set:
-                field_error(
-                    name,
-                    "is not supported together with loss_agg_mode or importance_sampling_level='turn'.",
-                    f"reset {name} to its default, or unset loss_agg_mode / use a token or sequence level.",
-                )
-
-    def _validate_rewards(self) -> None:
-        if self.reward_clip is not None and self.reward_clip <= 0:
-            field_error(
-                "reward_clip", f"must be > 0, got {self.reward_clip}.", "use a positive bound or None."
-            )
-        if self.reward_norm is not None and self.reward_norm not in advantages.REWARD_NORMS:
-            field_error(
-                "reward_norm",
-                f"{self.reward_norm!r} is not supported.",
-                f"use one of {advantages.REWARD_NORMS} or None.",
-            )
-        if self.reward_shift and self.reward_scale:
-            field_error(
-                "reward_shift", "and reward_scale together leave nothing to normalise.", "set only one."
-            )
-        if self.token_level_kl_coef < 0:
-            field_error(
-                "token_level_kl_coef",
-                f"must be >= 0, got {self.token_level_kl_coef}.",
-                "use 0.0 or e.g. 0.001.",
-            )
+        return features.uses_own_loss(self)
 
     @property
     def recomputes_advantages(self) -> bool:
         """Whether GRPOHubTrainer recomputes the advantages instead of keeping TRL's."""
-        return (
-            self.adv_norm == "none"
-            or self.whiten_advantages
-            or self.adv_clip_range is not None
-            or self.token_level_kl_coef > 0
-        )
-
-    def _validate_advantages(self) -> None:
-        if self.adv_norm is not None and self.adv_norm not in advantages.NORMS:
-            field_error(
-                "adv_norm", f"{self.adv_norm!r} is not supported.", f"use one of {advantages.NORMS} or None."
-            )
-        if self.adv_norm == "mean_std" and self.scale_rewards == "none":
-            field_error(
-                "adv_norm",
-                "'mean_std' needs a std scope but scale_rewards='none'.",
-                "set scale_rewards='group'.",
-            )
-        if self.adv_norm == "mean_only":
-            if self.scale_rewards == "batch":
-                field_error(
-                    "adv_norm", "'mean_only' contradicts scale_rewards='batch'.", "unset one of them."
-                )
-            self.scale_rewards = "none"
-        if self.adv_clip_range is not None and self.adv_clip_range <= 0:
-            field_error(
-                "adv_clip_range", f"must be > 0, got {self.adv_clip_range}.", "use a positive bound or None."
-            )
-        if self.recomputes_advantages and self.multi_objective_aggregation != "sum_then_normalize":
-            field_error(
-                "multi_objective_aggregation",
-                "'normalize_then_sum' builds its own advantages, which adv_norm='none', whiten_advantages, "
-                "adv_clip_range and token_level_kl_coef cannot edit.",
-                "use multi_objective_aggregation='sum_then_normalize' or turn those options off.",
-            )
-
-    def _validate_vllm_is(self) -> None:
-        check_sampler_matches_trainer(self)
-        if self.vllm_is_pooling is None:
-            return
-        if self.vllm_is_pooling not in importance.POOLINGS:
-            field_error(
-                "vllm_is_pooling",
-                f"{self.vllm_is_pooling!r} is not supported.",
-                f"use one of {importance.POOLINGS}.",
-            )
-        if not self.vllm_importance_sampling_mode.startswith("sequence_"):
-            field_error(
-                "vllm_is_pooling",
-                f"pools token ratios into a sequence ratio, but vllm_importance_sampling_mode="
-                f"{self.vllm_importance_sampling_mode!r} is token-level.",
-                "use vllm_importance_sampling_mode='sequence_mask' or 'sequence_truncate'.",
-            )
-
-    def _validate_reference_adapter(self) -> None:
-        validate_reference_settings(
-            self.ref_adapter_sync_on,
-            self.ref_adapter_sync_steps,
-            self.ref_adapter_mixup_alpha,
-            self.beta,
-            self.sync_ref_model,
-            self.ref_adapter_keep,
-        )
+        return features.recomputes_advantages(self)
 
     @property
     def uses_reference_adapter(self) -> bool:
         return self.ref_adapter_keep or self.ref_adapter_sync_on != "never"
+
+
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(GRPOHubConfig)}

@@ -23,7 +23,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import use_adapter
 
 from grpo_hub.algos import advantages as adv_fns
-from grpo_hub.algos import importance, losses
+from grpo_hub.algos import importance, loss_types, losses
 from grpo_hub.algos.filtering import (
     agreed_row_count,
     concat_micro_batches,
@@ -31,9 +31,10 @@ from grpo_hub.algos.filtering import (
     packed_rows,
     packing_plan,
 )
+from grpo_hub.training import features
 from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream, load_stream_state
 from grpo_hub.training.compat import check_trl_seams
-from grpo_hub.training.config import ROW_MEAN_LOSSES, GRPOHubConfig
+from grpo_hub.training.config import GRPOHubConfig
 from grpo_hub.training.dynamic_sampling import DynamicSampler
 from grpo_hub.training.finite_guard import FiniteGradientsCallback
 from grpo_hub.training.input_checks import (
@@ -465,7 +466,7 @@ class GRPOHubTrainer(GRPOTrainer):
         if self.args.uses_own_loss:
             return self._own_loss(model, inputs)
         loss = super()._compute_loss(model, inputs)
-        if self.loss_type in ROW_MEAN_LOSSES:
+        if features.normalizer(self.args) == loss_types.ROWS:
             loss = loss * self._row_scale(inputs, inputs["prompt_ids"].shape[0])  # TRL averages over all rows
         return loss
 
@@ -516,9 +517,7 @@ class GRPOHubTrainer(GRPOTrainer):
         `num_items_in_batch`), so it does not depend on how rows fall into micro-batches. Seq-mean modes are
         means over rows, rescaled to the filtering normaliser's row count when rows were dropped.
         """
-        agg_mode = self.args.loss_agg_mode or (
-            "seq-mean-token-mean" if self.loss_type == "grpo" else "token-mean"
-        )
+        agg_mode = loss_types.own_path_agg_mode(self.loss_type, self.args.loss_agg_mode)
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         loss = losses.aggregate_loss(per_token_loss, mask, agg_mode, norm_length=self.max_completion_length)
         if agg_mode in losses.SEQ_MEAN_AGG_MODES:

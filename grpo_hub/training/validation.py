@@ -64,3 +64,19 @@ def check_effect(
                 f"is set to {value!r} but has no effect without {switch}.",
                 f"set {switch}, or leave {name} at its default {defaults[name]!r}.",
             )
+
+
+def conflict_error(
+    first: str, second: str, problem: str, fix: str, implied_by: Mapping | None = None
+) -> None:
+    """Raise the ValueError of two settings refused together: "`first` with `second`: problem Fix: fix".
+
+    `implied_by` maps a switch the config turned on itself to the one the user set, which the message names too.
+    """
+    names = [
+        f"`{name}` (implied by `{implied_by[name]}`=True)"
+        if implied_by and name in implied_by
+        else f"`{name}`"
+        for name in (first, second)
+    ]
+    raise ValueError(f"{names[0]} with {names[1]}: {problem} Fix: {fix}")

@@ -103,7 +103,14 @@ INVALID = [
     ("importance_sampling_level", {"loss_type": "sapo", "importance_sampling_level": "turn"}),
     ("zero_signal_eps", {"filter_zero_signal": True, "zero_signal_eps": -0.1}),
     ("zero_signal_normalizer", {"filter_zero_signal": True, "zero_signal_normalizer": "some"}),
-    ("filter_zero_signal", {"filter_zero_signal": True, "num_generations": 1}),
+    # zero-spread groups that still carry advantages (issue 25, defect 5): skipping them would change the gradient
+    ("filter_zero_signal", {"filter_zero_signal": True, "whiten_advantages": True}),
+    ("dynamic_sampling", {"dynamic_sampling": True, "adv_norm": "none"}),
+    ("selective_rollout", {"selective_rollout": True, "turn_advantages": "turn"}),
+    (
+        "multi_objective_aggregation",
+        {"filter_zero_signal": True, "multi_objective_aggregation": "normalize_then_sum"},
+    ),
     ("epsilon", {"epsilon": -0.1}),
     ("epsilon_high", {"epsilon_high": -0.2}),
     ("epsilon", {"epsilon": 1.5}),
@@ -133,6 +140,9 @@ INVALID = [
         {"whiten_advantages": True, "multi_objective_aggregation": "normalize_then_sum"},
     ),
     ("entropy_coef", {"filter_zero_signal": True, "loss_type": "grpo", "entropy_coef": 0.01}),
+    # issue 25, defect 1: dynamic sampling implies filtering before the checks run, so it is refused alike
+    ("entropy_coef", {"dynamic_sampling": True, "loss_type": "grpo", "entropy_coef": 0.01}),
+    ("dynamic_sampling", {"dynamic_sampling": True, "loss_type": "grpo", "entropy_coef": 0.01}),
     ("vllm_is_pooling", {"vllm_is_pooling": "max"}),
     ("vllm_is_pooling", {"vllm_is_pooling": "mean"}),
     (
@@ -140,7 +150,6 @@ INVALID = [
         {"vllm_is_pooling": "mean", "use_vllm": True, "vllm_importance_sampling_mode": "token_mask"},
     ),
     ("vllm_is_preset", {"vllm_is_preset": "verl", "use_vllm": True}),
-    ("dynamic_sampling", {"dynamic_sampling": True, "num_generations": 1}),
     ("dynamic_sampling_max_rounds", {"dynamic_sampling": True, "dynamic_sampling_max_rounds": -1}),
     ("dynamic_sampling_on_cap", {"dynamic_sampling": True, "dynamic_sampling_on_cap": "skip"}),
     ("dynamic_sampling_target_groups", {"dynamic_sampling": True, "dynamic_sampling_target_groups": 0}),
@@ -162,7 +171,6 @@ INVALID = [
     ("dual_clip_c", {"dual_clip_c": math.nan}),
     ("epsilon", {"epsilon": math.nan}),
     ("delta", {"delta": math.nan}),
-    ("selective_rollout", {"selective_rollout": True, "num_generations": 1}),
     ("zero_signal_pack", {"zero_signal_pack": True, "filter_zero_signal": True, "loss_type": "bnpo"}),
     ("reward_norm", {"selective_rollout": True, "reward_norm": "batch"}),
     ("selective_rollout_id_column", {"selective_rollout_id_column": "id"}),  # feature off

@@ -95,3 +95,7 @@ def test_explicit_packing_that_cannot_apply_is_an_error(tmp_path):
         tiny_config(tmp_path, zero_signal_pack=True, filter_zero_signal=True, loss_type="bnpo")
     assert not tiny_config(tmp_path, filter_zero_signal=True, loss_type="bnpo").packs_rows
     assert tiny_config(tmp_path, filter_zero_signal=True).packs_rows
+    # issue 25, defect 2: TRL's entropy bonus is a token mean per micro-batch, so packing would change it
+    assert not tiny_config(tmp_path, filter_zero_signal=True, entropy_coef=0.01).packs_rows
+    with pytest.raises(ValueError, match="`zero_signal_pack` with `entropy_coef`"):
+        tiny_config(tmp_path, filter_zero_signal=True, zero_signal_pack=True, entropy_coef=0.01)

@@ -1,0 +1,633 @@
+"""Every grpo_hub feature, described once: its switch, the fields that need it, its own checks, its conflicts.
+
+GRPOHubConfig builds in two phases. `resolve` first turns presets and implied switches into plain settings (in
+the numbered order of its docstring). `validate` then checks the resolved config: it never changes it, so its
+outcome does not depend on the order of the checks (tested by running them in reverse). What a feature needs,
+what it conflicts with and what it changes is read from here: `effect_needs()` (fields with no effect while their
+switch is off), `CONFLICTS` (pairs refused with both fields named), and docs/compatibility.md, generated from
+`FEATURES` by building every pair of their `example` settings (tests/training/test_compatibility.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from grpo_hub.algos import advantages, importance, loss_types, losses, selection
+from grpo_hub.training.reference import validate_reference_settings
+from grpo_hub.training.validation import conflict_error, field_error
+from grpo_hub.training.vllm_checks import check_sampler_matches_trainer, resolve_vllm_is
+
+TRL_EPSILON = 0.2
+GSPO_EPSILON, GSPO_EPSILON_HIGH = 3e-4, 4e-4  # GSPO paper, section 5.1
+CISPO_EPSILON_HIGH = 5.0  # ScaleRL paper's recommended CISPO cap
+ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
+DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
+SIGNAL_SWITCHES = ("filter_zero_signal", "dynamic_sampling", "selective_rollout")  # act on zero-signal groups
+
+
+# --- predicates on a (resolved) config, named once ---
+def entropy_bonus(c) -> bool:
+    return c.entropy_coef != 0.0 or c.use_adaptive_entropy
+
+
+def normalizer(c) -> str:
+    return loss_types.loss_normalizer(c.loss_type, c.loss_agg_mode)
+
+
+def uses_own_loss(c) -> bool:
+    return c.loss_agg_mode is not None or c.importance_sampling_level == "turn"
+
+
+def recomputes_advantages(c) -> bool:
+    return (
+        c.adv_norm == "none"
+        or c.whiten_advantages
+        or c.adv_clip_range is not None
+        or c.token_level_kl_coef > 0
+    )
+
+
+def pack_blockers(c) -> list[tuple[str, str]]:
+    """(field, why) for each setting under which moving rows between micro-steps changes the gradient."""
+    reasons = []
+    if normalizer(c) == loss_types.MICRO_TOKENS:
+        reasons.append(("loss_type", f"loss_type={c.loss_type!r} is a token mean over each micro-batch"))
+    if c.top_entropy_quantile < 1.0:
+        reasons.append(("top_entropy_quantile", "the entropy quantile is taken over each micro-batch"))
+    if entropy_bonus(c):
+        reasons.append(("entropy_coef", "TRL's entropy bonus is a token mean over each micro-batch"))
+    return reasons
+
+
+# --- phase 1: resolve ---
+def resolve(c) -> None:
+    """Turn presets and implied switches into plain settings, in this order (each step refuses an explicit value
+    that contradicts it, before changing anything):
+
+    1. loss_type='gspo' -> 'grpo', importance_sampling_level='sequence', GSPO's clip range unless epsilon or
+       epsilon_high is given; epsilon None -> TRL's 0.2; importance_sampling_level None -> 'token';
+       loss_type='cispo' without epsilon_high -> the recommended cap 5.0.
+    2. dual_clip_c -> TRL's delta (equal to dual-clip when dual_clip_c > 1 + epsilon_high).
+    3. adv_norm='mean_only' -> scale_rewards='none'.
+    4. vllm_is_preset -> TRL's vLLM IS mode and bounds (`vllm_checks.resolve_vllm_is`).
+    5. dynamic_sampling -> filter_zero_signal=True (recorded in `implied_by`, so errors name the switch the user set).
+    6. zero_signal_pack None -> on when filtering is on and packing is exact (`pack_blockers`), else off.
+    """
+    if c.loss_type == "gspo":
+        if c.importance_sampling_level not in (None, "sequence"):
+            field_error(
+                "importance_sampling_level",
+                f"loss_type='gspo' is sequence-level but importance_sampling_level={c.importance_sampling_level!r}.",
+                "leave importance_sampling_level unset, or use loss_type='grpo' for a token/turn-level ratio.",
+            )
+        c.loss_type, c.importance_sampling_level = "grpo", "sequence"
+        if c.epsilon is None and c.epsilon_high is None:
+            c.epsilon, c.epsilon_high = GSPO_EPSILON, GSPO_EPSILON_HIGH
+    c.epsilon = TRL_EPSILON if c.epsilon is None else c.epsilon
+    c.importance_sampling_level = c.importance_sampling_level or "token"
+    if c.loss_type == "cispo" and c.epsilon_high is None:
+        c.epsilon_high = CISPO_EPSILON_HIGH
+    if c.dual_clip_c is not None:
+        if c.delta is not None and c.delta != c.dual_clip_c:
+            conflict_error(
+                "dual_clip_c",
+                "delta",
+                "set the same cap differently.",
+                "set only one of dual_clip_c and delta.",
+            )
+        c.delta = c.dual_clip_c
+    if c.adv_norm == "mean_only":
+        if c.scale_rewards == "batch":
+            conflict_error(
+                "adv_norm", "scale_rewards", "'mean_only' contradicts 'batch'.", "unset one of them."
+            )
+        c.scale_rewards = "none"
+    resolve_vllm_is(c)
+    if c.dynamic_sampling and not c.filter_zero_signal:
+        c.filter_zero_signal = True
+        c.implied_by["filter_zero_signal"] = "dynamic_sampling"
+    if c.filter_zero_signal and c.zero_signal_pack is None:
+        c.zero_signal_pack = not pack_blockers(c)
+
+
+# --- phase 2: each feature's own checks (the resolved config; nothing is changed) ---
+def check_loss_type(c) -> None:
+    if c.loss_type not in loss_types.NAMES:
+        field_error("loss_type", f"{c.loss_type!r} is not supported.", f"use one of {loss_types.NAMES}.")
+    if c.importance_sampling_level not in losses.LEVELS:
+        field_error(
+            "importance_sampling_level",
+            f"{c.importance_sampling_level!r} is not supported.",
+            f"use one of {losses.LEVELS}.",
+        )
+    if c.importance_sampling_level == "turn" and c.loss_type not in loss_types.OWN_PATH_NAMES:
+        field_error(
+            "importance_sampling_level",
+            f"'turn' is implemented for loss_type in {loss_types.OWN_PATH_NAMES}, not {c.loss_type!r}.",
+            "use loss_type='grpo', 'dapo' or 'cispo', or importance_sampling_level='token'/'sequence'.",
+        )
+
+
+def check_clip(c) -> None:
+    if c.epsilon < 0:
+        field_error("epsilon", f"must be >= 0, got {c.epsilon}.", "use a small positive value such as 0.2.")
+    if c.epsilon_high is not None and c.epsilon_high < 0:
+        field_error(
+            "epsilon_high", f"must be >= 0, got {c.epsilon_high}.", "use e.g. 0.28 (or 5.0 for cispo)."
+        )
+    if c.loss_type != "cispo" and c.epsilon >= 1:
+        field_error(
+            "epsilon",
+            f"the lower clip bound 1 - epsilon = {1 - c.epsilon} is not positive, so the clip range is inverted.",
+            "use epsilon < 1.",
+        )
+    if c.loss_type == "cispo" and c.epsilon_high <= 1:
+        field_error(
+            "epsilon_high",
+            f"with loss_type='cispo' it is the absolute ratio cap, and {c.epsilon_high} <= 1 down-weights every "
+            "on-policy token.",
+            "use epsilon_high > 1 (recommended 5.0) or leave it unset.",
+        )
+
+
+def check_dual_clip(c) -> None:
+    loss = loss_types.REGISTRY.get(c.loss_type)
+    if c.dual_clip_c is None or loss is None or loss.surrogate != "clip":  # other surrogates: CONFLICTS
+        return
+    upper = 1 + (c.epsilon_high if c.epsilon_high is not None else c.epsilon)
+    if c.dual_clip_c <= upper:
+        field_error(
+            "dual_clip_c",
+            f"must be > 1 + epsilon_high = {upper}, got {c.dual_clip_c}.",
+            "use e.g. dual_clip_c=3.0.",
+        )
+
+
+def check_loss_agg(c) -> None:
+    if c.loss_agg_mode is not None and c.loss_agg_mode not in losses.AGG_MODES:
+        field_error(
+            "loss_agg_mode", f"{c.loss_agg_mode!r} is not supported.", f"use one of {losses.AGG_MODES}."
+        )
+
+
+def check_filtering(c) -> None:
+    if c.zero_signal_eps < 0:
+        field_error(
+            "zero_signal_eps", f"must be >= 0, got {c.zero_signal_eps}.", "use 0.0 or a small spread."
+        )
+    if c.zero_signal_normalizer not in ZERO_SIGNAL_NORMALIZERS:
+        field_error(
+            "zero_signal_normalizer",
+            f"{c.zero_signal_normalizer!r} is not supported.",
+            f"use one of {ZERO_SIGNAL_NORMALIZERS}.",
+        )
+
+
+def check_packing(c) -> None:
+    if c.zero_signal_pack:
+        for name, reason in pack_blockers(c):
+            conflict_error(
+                "zero_signal_pack", name, f"cannot apply: {reason}.", "leave zero_signal_pack unset."
+            )
+
+
+def check_dynamic_sampling(c) -> None:
+    if c.dynamic_sampling_on_cap not in DYNAMIC_SAMPLING_ON_CAP:
+        field_error(
+            "dynamic_sampling_on_cap",
+            f"{c.dynamic_sampling_on_cap!r} is not supported.",
+            f"use one of {DYNAMIC_SAMPLING_ON_CAP}.",
+        )
+    if c.dynamic_sampling_max_rounds < 0:
+        field_error(
+            "dynamic_sampling_max_rounds",
+            f"must be >= 0, got {c.dynamic_sampling_max_rounds}.",
+            "use e.g. 4.",
+        )
+    target = c.dynamic_sampling_target_groups
+    groups_per_batch = c.generation_batch_size // c.num_generations
+    reachable = (1 + c.dynamic_sampling_max_rounds) * groups_per_batch
+    if c.dynamic_sampling and target is not None and not 1 <= target <= reachable:
+        field_error(
+            "dynamic_sampling_target_groups",
+            f"must be in [1, {reachable}] ((1 + dynamic_sampling_max_rounds) x {groups_per_batch} groups per "
+            f"generation batch), got {target}.",
+            "lower the target or raise dynamic_sampling_max_rounds.",
+        )
+
+
+def check_selective_rollout(c) -> None:
+    ranges = {
+        "selective_rollout_target_zero_frac": (0.0, 1.0),
+        "selective_rollout_explore_init": (selection.EXPLORE_LOW, selection.EXPLORE_HIGH),
+        "selective_rollout_explore_step": (0.0, 1.0),
+    }
+    for name, (low, high) in ranges.items():
+        if not low <= getattr(c, name) <= high:
+            field_error(name, f"must be in [{low}, {high}], got {getattr(c, name)}.", "use its default.")
+    if not 0.0 < c.selective_rollout_min_keep_prob <= 1.0:
+        field_error(
+            "selective_rollout_min_keep_prob",
+            f"must be in (0, 1], got {c.selective_rollout_min_keep_prob}; 0 would never revisit a prompt.",
+            "use e.g. 0.01.",
+        )
+    low, high = c.selective_rollout_reward_min, c.selective_rollout_reward_max
+    if low is not None and high is not None and not low < high:
+        field_error(
+            "selective_rollout_reward_min",
+            f"must be < selective_rollout_reward_max, got {low} >= {high}.",
+            "give the reward function's lowest and highest value.",
+        )
+
+
+def check_turn_advantages(c) -> None:
+    if c.turn_advantages is not None and c.turn_advantages not in advantages.TURN_SCOPES:
+        field_error(
+            "turn_advantages",
+            f"{c.turn_advantages!r} is not supported.",
+            f"use one of {advantages.TURN_SCOPES} or None.",
+        )
+
+
+def check_rewards(c) -> None:
+    if c.reward_clip is not None and c.reward_clip <= 0:
+        field_error("reward_clip", f"must be > 0, got {c.reward_clip}.", "use a positive bound or None.")
+    if c.reward_norm is not None and c.reward_norm not in advantages.REWARD_NORMS:
+        field_error(
+            "reward_norm",
+            f"{c.reward_norm!r} is not supported.",
+            f"use one of {advantages.REWARD_NORMS} or None.",
+        )
+    if c.reward_shift and c.reward_scale:
+        field_error("reward_shift", "and reward_scale together leave nothing to normalise.", "set only one.")
+    if c.token_level_kl_coef < 0:
+        field_error(
+            "token_level_kl_coef", f"must be >= 0, got {c.token_level_kl_coef}.", "use 0.0 or e.g. 0.001."
+        )
+
+
+def check_advantages(c) -> None:
+    if c.adv_norm is not None and c.adv_norm not in advantages.NORMS:
+        field_error(
+            "adv_norm", f"{c.adv_norm!r} is not supported.", f"use one of {advantages.NORMS} or None."
+        )
+    if c.adv_clip_range is not None and c.adv_clip_range <= 0:
+        field_error(
+            "adv_clip_range", f"must be > 0, got {c.adv_clip_range}.", "use a positive bound or None."
+        )
+
+
+def check_vllm_is(c) -> None:
+    check_sampler_matches_trainer(c)
+    if c.vllm_is_pooling is not None and c.vllm_is_pooling not in importance.POOLINGS:
+        field_error(
+            "vllm_is_pooling",
+            f"{c.vllm_is_pooling!r} is not supported.",
+            f"use one of {importance.POOLINGS}.",
+        )
+
+
+def check_reference_adapter(c) -> None:
+    validate_reference_settings(
+        c.ref_adapter_sync_on,
+        c.ref_adapter_sync_steps,
+        c.ref_adapter_mixup_alpha,
+        c.beta,
+        c.sync_ref_model,
+        c.ref_adapter_keep,
+    )
+
+
+# --- the features ---
+@dataclass(frozen=True)
+class Dependents:
+    """Fields that have an effect only when `holds(config)`; `needs` says what that takes, in words."""
+
+    fields: tuple[str, ...]
+    needs: str
+    holds: Callable
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    example: (
+        dict | None
+    )  # a setting that switches it on (compatibility matrix, pairwise test); None: always on
+    checks: tuple[Callable, ...] = ()  # the feature's own value checks on the resolved config
+    dependents: tuple[Dependents, ...] = ()
+    page: str = ""  # docs page
+    needs_peft: bool = False  # the example trains only a PEFT model
+    multi_turn: bool = False  # the example trains only tool-calling rollouts
+    trains: bool = (
+        True  # False: refused, or needs what the CPU test machine lacks (vLLM), so config-time only
+    )
+
+
+FEATURES = (
+    Feature("policy_loss", None, (check_loss_type, check_clip), page="variants.md"),
+    Feature("gspo", {"loss_type": "gspo"}, page="variants.md"),
+    Feature("cispo", {"loss_type": "cispo"}, page="variants.md"),
+    Feature("dual_clip", {"dual_clip_c": 3.0}, (check_dual_clip,), page="variants.md"),
+    Feature("loss_agg_mode", {"loss_agg_mode": "seq-mean-token-sum"}, (check_loss_agg,), page="variants.md"),
+    Feature(
+        "filtering",
+        {"filter_zero_signal": True},
+        (check_filtering,),
+        (
+            Dependents(
+                ("zero_signal_eps",),
+                "filter_zero_signal=True, dynamic_sampling=True or selective_rollout=True",
+                lambda c: any(getattr(c, s) for s in SIGNAL_SWITCHES),
+            ),
+            Dependents(
+                ("zero_signal_normalizer", "zero_signal_pack"),
+                "filter_zero_signal=True or dynamic_sampling=True",
+                lambda c: c.filter_zero_signal or c.dynamic_sampling,
+            ),
+        ),
+        page="filtering.md",
+    ),
+    Feature(
+        "packing",
+        {"filter_zero_signal": True, "zero_signal_pack": True},
+        (check_packing,),
+        page="filtering.md",
+    ),
+    Feature(
+        "dynamic_sampling",
+        {"dynamic_sampling": True},
+        (check_dynamic_sampling,),
+        (
+            Dependents(
+                ("dynamic_sampling_target_groups", "dynamic_sampling_max_rounds", "dynamic_sampling_on_cap"),
+                "dynamic_sampling=True",
+                lambda c: c.dynamic_sampling,
+            ),
+        ),
+        page="dynamic-sampling.md",
+    ),
+    Feature(
+        "selective_rollout",
+        {"selective_rollout": True},
+        (check_selective_rollout,),
+        (
+            Dependents(
+                tuple(
+                    f"selective_rollout_{name}"
+                    for name in (
+                        "id_column",
+                        "target_zero_frac",
+                        "explore_init",
+                        "explore_step",
+                        "min_keep_prob",
+                        "reward_min",
+                        "reward_max",
+                    )
+                ),
+                "selective_rollout=True",
+                lambda c: c.selective_rollout,
+            ),
+        ),
+        page="selective-rollout.md",
+    ),
+    Feature(
+        "ref_adapter_refresh",
+        {"ref_adapter_sync_on": "steps", "ref_adapter_sync_steps": 1, "beta": 0.04},
+        (check_reference_adapter,),
+        (
+            Dependents(
+                ("ref_adapter_sync_steps",),
+                "ref_adapter_sync_on='steps'",
+                lambda c: c.ref_adapter_sync_on == "steps",
+            ),
+            Dependents(
+                ("ref_adapter_mixup_alpha",),
+                "ref_adapter_sync_on='steps' or 'epoch'",
+                lambda c: c.ref_adapter_sync_on != "never",
+            ),
+            Dependents(
+                ("ref_adapter_save",),
+                "beta > 0 (without a KL term there is no 'ref' adapter)",
+                lambda c: c.beta != 0.0,
+            ),
+        ),
+        page="reference-adapter.md",
+        needs_peft=True,
+    ),
+    Feature(
+        "turn_advantages",
+        {"turn_advantages": "turn"},
+        (check_turn_advantages,),
+        page="multi-turn.md",
+        multi_turn=True,
+    ),
+    Feature(
+        "reward_clip",
+        {"reward_clip": 0.5},
+        (check_rewards,),
+        (
+            Dependents(
+                ("reward_shift", "reward_scale"),
+                "reward_norm='batch' or 'running'",
+                lambda c: c.reward_norm is not None,
+            ),
+        ),
+        page="variants.md",
+    ),
+    Feature("reward_norm", {"reward_norm": "batch"}, page="variants.md"),
+    Feature("kl_in_reward", {"token_level_kl_coef": 0.01, "beta": 0.04}, page="variants.md"),
+    Feature("adv_norm", {"adv_norm": "none"}, (check_advantages,), page="variants.md"),
+    Feature("whiten_advantages", {"whiten_advantages": True}, page="variants.md"),
+    Feature("adv_clip", {"adv_clip_range": 1.0}, page="variants.md"),
+    Feature("entropy_bonus", {"entropy_coef": 0.01}, page="variants.md"),
+    Feature(
+        "vllm_is",
+        {"use_vllm": True, "vllm_importance_sampling_mode": "sequence_mask", "vllm_is_pooling": "mean"},
+        (check_vllm_is,),
+        (
+            Dependents(
+                ("vllm_is_pooling", "vllm_is_preset"),
+                "use_vllm=True and vllm_importance_sampling_correction=True",
+                lambda c: c.use_vllm and c.vllm_importance_sampling_correction,
+            ),
+        ),
+        page="vllm.md",
+        trains=False,
+    ),
+)
+
+
+def effect_needs() -> dict[str, tuple[str, Callable]]:
+    """field -> (what it needs, predicate): a field set away from its default with the predicate False is an error."""
+    return {name: (d.needs, d.holds) for f in FEATURES for d in f.dependents for name in d.fields}
+
+
+# --- conflicts between features: each names both fields ---
+@dataclass(frozen=True)
+class Conflict:
+    """`first` and `second` together are refused when `applies(config)`; `problem` says why, `fix` what to do."""
+
+    first: str
+    second: str
+    applies: Callable
+    problem: str
+    fix: str = field(default="")
+
+
+def _signal_conflicts() -> list[Conflict]:
+    """Filtering, dynamic sampling and selective rollout skip zero-spread groups, exact only where such a group's
+    advantages are zero: not when advantages have no baseline, are whitened over the batch, include the KL in the
+    reward or come per turn, nor when reward functions are normalised one by one (a flat weighted sum can hide
+    varying functions). Zero-signal groups are found from the rewards after reward_clip / reward_norm, which are
+    the advantages' input."""
+    carriers = {
+        "adv_norm": (lambda c: c.adv_norm == "none", "adv_norm='none' (A = r, no baseline)"),
+        "whiten_advantages": (lambda c: c.whiten_advantages, "whitening over the batch"),
+        "token_level_kl_coef": (lambda c: c.token_level_kl_coef > 0, "the KL in the reward"),
+        "turn_advantages": (lambda c: c.turn_advantages is not None, "per-turn rewards"),
+        "multi_objective_aggregation": (
+            lambda c: c.multi_objective_aggregation != "sum_then_normalize",
+            "normalising each reward function on its own",
+        ),
+    }
+    return [
+        Conflict(
+            switch,
+            name,
+            lambda c, switch=switch, gives=gives: getattr(c, switch) and gives(c),
+            f"a group whose rewards do not vary still gets non-zero advantages from {what}, so skipping it as "
+            "zero-signal would change the gradient.",
+            f"set {switch}=False, or keep {name} at its default.",
+        )
+        for switch in sorted(
+            SIGNAL_SWITCHES, key=lambda s: s == "filter_zero_signal"
+        )  # a user's switch first
+        for name, (gives, what) in carriers.items()
+    ]
+
+
+CONFLICTS = (
+    Conflict(
+        "dual_clip_c",
+        "loss_type",
+        lambda c: c.dual_clip_c is not None and loss_types.REGISTRY[c.loss_type].surrogate != "clip",
+        "dual-clip applies to clipped surrogates only.",
+        "unset dual_clip_c, or use a clipped loss_type such as 'dapo' or 'grpo'.",
+    ),
+    Conflict(
+        "loss_agg_mode",
+        "loss_type",
+        lambda c: c.loss_agg_mode is not None and c.loss_type not in loss_types.OWN_PATH_NAMES,
+        "this loss_type fixes its own normaliser.",
+        "use loss_type='grpo' (or 'gspo', 'dapo', 'cispo') with loss_agg_mode, or unset loss_agg_mode.",
+    ),
+    *(
+        Conflict(
+            own,
+            name,
+            lambda c, is_set=is_set: uses_own_loss(c) and is_set(c),
+            "the own loss path (loss_agg_mode, turn-level ratios) does not implement it.",
+            f"reset {name} to its default, or unset loss_agg_mode / use a token or sequence level.",
+        )
+        for own in ("loss_agg_mode", "importance_sampling_level")
+        for name, is_set in (
+            ("off_policy_mask_threshold", lambda c: c.off_policy_mask_threshold is not None),
+            ("top_entropy_quantile", lambda c: c.top_entropy_quantile < 1.0),
+            ("entropy_coef", entropy_bonus),
+        )
+    ),
+    Conflict(
+        "filter_zero_signal",
+        "entropy_coef",
+        lambda c: c.filter_zero_signal and entropy_bonus(c) and normalizer(c) == loss_types.ROWS,
+        "this loss averages over rows, and filtering rescales that mean (pad rows must not dilute it), which would "
+        "also rescale TRL's entropy bonus.",
+        "use loss_type='dapo' (or loss_agg_mode='token-mean') with entropy_coef, or entropy_coef=0.0.",
+    ),
+    *(
+        Conflict(
+            "zero_signal_normalizer",
+            name,
+            lambda c, is_set=is_set: c.filter_zero_signal and c.zero_signal_normalizer == "all" and is_set(c),
+            f"'all' promises the unfiltered gradient, but {what} over the trained rows only.",
+            f"use zero_signal_normalizer='kept', or reset {name} to its default.",
+        )
+        for name, is_set, what in (
+            ("entropy_coef", entropy_bonus, "TRL's entropy bonus is a token mean"),
+            ("top_entropy_quantile", lambda c: c.top_entropy_quantile < 1.0, "the entropy quantile is taken"),
+            ("beta", lambda c: c.beta != 0.0, "the KL term of a dropped row is not zero, and it is dropped"),
+        )
+    ),
+    Conflict(
+        "dynamic_sampling",
+        "zero_signal_normalizer",
+        lambda c: c.dynamic_sampling and c.zero_signal_normalizer != "kept",
+        "'all' (the unfiltered batch) is not defined across dynamic-sampling rounds.",
+        "use zero_signal_normalizer='kept' (DAPO normalises over the trained batch).",
+    ),
+    *_signal_conflicts(),
+    Conflict(
+        "selective_rollout",
+        "reward_norm",
+        lambda c: c.selective_rollout and c.reward_norm is not None,
+        "selective rollout tells all-max from all-min groups by their reward value, which reward_norm rescales "
+        "per batch or over time.",
+        "unset reward_norm (reward_clip is fine), or set selective_rollout=False.",
+    ),
+    *(
+        Conflict(
+            "turn_advantages",
+            name,
+            lambda c, is_set=is_set: c.turn_advantages is not None and is_set(c),
+            "per-turn rewards are used raw, so this reward or advantage transform would not apply to them.",
+            f"reset {name} to its default or set turn_advantages=None.",
+        )
+        for name, is_set in (
+            ("reward_clip", lambda c: c.reward_clip is not None),
+            ("reward_norm", lambda c: c.reward_norm is not None),
+            ("adv_norm", lambda c: c.adv_norm is not None),
+            ("whiten_advantages", lambda c: c.whiten_advantages),
+            ("adv_clip_range", lambda c: c.adv_clip_range is not None),
+            ("token_level_kl_coef", lambda c: c.token_level_kl_coef > 0),
+            ("multi_objective_aggregation", lambda c: c.multi_objective_aggregation != "sum_then_normalize"),
+        )
+    ),
+    Conflict(
+        "adv_norm",
+        "scale_rewards",
+        lambda c: c.adv_norm == "mean_std" and c.scale_rewards == "none",
+        "'mean_std' needs a std scope but scale_rewards='none'.",
+        "set scale_rewards='group'.",
+    ),
+    Conflict(
+        "multi_objective_aggregation",
+        "whiten_advantages",
+        lambda c: recomputes_advantages(c) and c.multi_objective_aggregation != "sum_then_normalize",
+        "'normalize_then_sum' builds its own advantages, which adv_norm='none', whiten_advantages, adv_clip_range "
+        "and token_level_kl_coef cannot edit.",
+        "use multi_objective_aggregation='sum_then_normalize' or turn those options off.",
+    ),
+    Conflict(
+        "vllm_is_pooling",
+        "vllm_importance_sampling_mode",
+        lambda c: (
+            c.vllm_is_pooling is not None and not c.vllm_importance_sampling_mode.startswith("sequence_")
+        ),
+        "pooling turns token ratios into a sequence ratio, but the mode is token-level.",
+        "use vllm_importance_sampling_mode='sequence_mask' or 'sequence_truncate'.",
+    ),
+)
+
+
+def validate(c, checks=None, conflicts=CONFLICTS) -> None:
+    """Phase 2: every feature's own checks on the resolved config, then every conflict (nothing is changed).
+
+    `checks`/`conflicts` default to the table's; a test passes them reordered to show the order does not matter.
+    """
+    for check in checks or [check for f in FEATURES for check in f.checks]:
+        check(c)
+    for rule in conflicts:
+        if rule.applies(c):
+            conflict_error(rule.first, rule.second, rule.problem, rule.fix, implied_by=c.implied_by)

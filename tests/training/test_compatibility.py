@@ -1,0 +1,178 @@
+"""Every pair of feature switches (grpo_hub.training.features.FEATURES) is refused at config time with both fields
+named, or trains 2 steps with finite weights; where the docs claim an equivalence, it holds for every combination
+that allows it (packed == unpacked filtering; filtering with the 'all' normaliser == no filtering). Validation's
+outcome does not depend on the order of its checks, and it never changes the resolved config.
+
+The pairs are generated from the table, so a new feature is covered by adding its row there. Config-time checks
+run for every pair; the training runs carry the `slow` marker (CI runs them too).
+"""
+
+import dataclasses
+import itertools
+import math
+
+import pytest
+import torch
+
+from grpo_hub.training import features
+from grpo_hub.training.config import GRPOHubConfig
+from grpo_hub.training.trainer import GRPOHubTrainer
+from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer, tiny_config
+from tests.training.reference.helpers import lora_config
+from tests.training.test_packing import run as run_probed
+
+SWITCHES = {f.name: f for f in features.FEATURES if f.example is not None}
+BASE = {"max_steps": 2, "per_device_train_batch_size": 8, "num_generations": 4, "shuffle_dataset": False}
+
+
+def merged(first: str, second: str) -> dict | None:
+    """Both features' example settings, or None when they set one field to two values (not a pair of switches)."""
+    a, b = SWITCHES[first].example, SWITCHES[second].example
+    if any(key in b and b[key] != value for key, value in a.items()):
+        return None
+    return {**a, **b}
+
+
+PAIRS = [(a, b) for a, b in itertools.combinations(SWITCHES, 2) if merged(a, b) is not None]
+
+
+def outcome(settings: dict, tmp_path="/tmp/grpo_hub_compat") -> GRPOHubConfig | ValueError:
+    try:
+        return tiny_config(tmp_path, **{**BASE, **settings})
+    except ValueError as error:
+        return error
+
+
+def names_a_field_of(message: str, feature: str) -> bool:
+    return any(f"`{name}`" in message for name in SWITCHES[feature].example)
+
+
+@pytest.mark.parametrize(("first", "second"), PAIRS, ids=[f"{a}+{b}" for a, b in PAIRS])
+def test_pair_is_refused_naming_both_fields_or_builds(first, second):
+    result = outcome(merged(first, second))
+    if isinstance(result, ValueError):
+        message = str(result)
+        assert names_a_field_of(message, first) and names_a_field_of(message, second), message
+        assert "Fix:" in message
+    else:
+        assert isinstance(result, GRPOHubConfig)
+        rebuilt = dataclasses.replace(
+            result, steps_per_generation=None
+        )  # re-resolving changes nothing (TRL derives it)
+        assert rebuilt.to_dict() == result.to_dict()
+
+
+def test_every_switch_builds_alone():
+    for name in SWITCHES:
+        assert isinstance(outcome(SWITCHES[name].example), GRPOHubConfig), name
+
+
+def test_validation_changes_nothing():
+    checks = [check for f in features.FEATURES for check in f.checks]
+    for first, second in PAIRS:
+        result = outcome(merged(first, second))
+        if not isinstance(result, ValueError):
+            before = result.to_dict()
+            features.validate(result, checks=checks, conflicts=features.CONFLICTS)
+            assert result.to_dict() == before, (first, second)
+
+
+def test_refusals_do_not_depend_on_the_order_of_the_checks(monkeypatch):
+    straight = {pair: isinstance(outcome(merged(*pair)), ValueError) for pair in PAIRS}
+    checks = [check for f in features.FEATURES for check in f.checks][::-1]
+    validate = features.validate
+    monkeypatch.setattr(features, "validate", lambda c: validate(c, checks, features.CONFLICTS[::-1]))
+    assert {pair: isinstance(outcome(merged(*pair)), ValueError) for pair in PAIRS} == straight
+
+
+# --- training: every pair that builds trains 2 steps with finite weights ---
+def trains(name: str) -> bool:
+    return SWITCHES[name].trains and not SWITCHES[name].multi_turn
+
+
+TRAINED_PAIRS = [
+    (a, b) for a, b in PAIRS if trains(a) and trains(b) and not isinstance(outcome(merged(a, b)), ValueError)
+]
+
+
+def train(tmp_path, model_dir, settings: dict):
+    needs_peft = any(SWITCHES[name].needs_peft for name in settings.get("_features", ()))
+    settings = {k: v for k, v in settings.items() if k != "_features"}
+    trainer = make_trainer(
+        GRPOHubTrainer,
+        model_dir,
+        tiny_config(tmp_path, **{**BASE, **settings}),
+        reward_funcs=[half_signal_reward],
+        dataset=half_signal_dataset(),
+        peft_config=lora_config() if needs_peft else None,
+    )
+    trainer.train()
+    return trainer
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("first", "second"), TRAINED_PAIRS, ids=[f"{a}+{b}" for a, b in TRAINED_PAIRS])
+def test_pair_trains_two_steps_with_finite_weights(tmp_path, tiny_model_dir, first, second):
+    trainer = train(tmp_path, tiny_model_dir, {**merged(first, second), "_features": (first, second)})
+    assert trainer.state.global_step == 2
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert losses and all(math.isfinite(v) for v in losses)
+
+
+# --- the documented equivalences, for every feature they allow ---
+def allowed(settings: dict) -> bool:
+    return not isinstance(outcome(settings), ValueError)
+
+
+PACKABLE = [
+    name
+    for name in SWITCHES
+    if trains(name)
+    and not SWITCHES[name].needs_peft
+    and allowed({**SWITCHES[name].example, "filter_zero_signal": True, "zero_signal_pack": True})
+    and allowed({**SWITCHES[name].example, "filter_zero_signal": True, "zero_signal_pack": False})
+]
+ALL_NORMALISER = [
+    name
+    for name in SWITCHES
+    if trains(name)
+    and not SWITCHES[name].needs_peft
+    and name not in ("filtering", "packing", "dynamic_sampling")
+    and allowed({**SWITCHES[name].example, "filter_zero_signal": True, "zero_signal_normalizer": "all"})
+]
+
+
+def test_equivalences_cover_most_features():
+    assert {"gspo", "cispo", "dual_clip", "loss_agg_mode", "reward_clip", "adv_clip"} <= set(PACKABLE)
+    assert {"gspo", "cispo", "dual_clip", "loss_agg_mode", "reward_clip", "adv_clip"} <= set(ALL_NORMALISER)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PACKABLE)
+def test_packed_equals_unpacked_with(tmp_path, tiny_model_dir, name):
+    example = {**SWITCHES[name].example, "filter_zero_signal": True, "learning_rate": 0.0}
+    layout = {"gradient_accumulation_steps": 2}
+    thin = run_probed(tmp_path, tiny_model_dir, zero_signal_pack=False, **layout, **example)
+    packed = run_probed(tmp_path, tiny_model_dir, zero_signal_pack=True, **layout, **example)
+    assert packed.forwards < thin.forwards
+    for a, b in zip(packed.grads, thin.grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL_NORMALISER)
+def test_filtering_with_the_all_normaliser_equals_no_filtering_with(tmp_path, tiny_model_dir, name):
+    example = {
+        **SWITCHES[name].example,
+        "learning_rate": 0.0,
+        "max_steps": 1,
+        "gradient_accumulation_steps": 2,
+    }
+    plain = run_probed(tmp_path, tiny_model_dir, **example)
+    filtered = run_probed(
+        tmp_path, tiny_model_dir, filter_zero_signal=True, zero_signal_normalizer="all", **example
+    )
+    assert plain.grads and all(g.abs().sum() > 0 for g in plain.grads)
+    for a, b in zip(filtered.grads, plain.grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
