@@ -17,10 +17,11 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-from scenarios import SCENARIOS, build_dataset, build_rewards
 
 from grpo_hub.training.distributed import gathered
+from tests.helpers import tiny_config
+from tests.training.distributed.scenarios import SCENARIOS, build_dataset, build_rewards
+from tests.training.distributed.worker_common import run_each, weight_fingerprint, write_rank_result
 
 NUM_GENERATIONS = 4
 PROMPTS_PER_RANK = 2
@@ -56,10 +57,17 @@ def max_change(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) 
 
 
 def build_config(args: argparse.Namespace, output_dir: str):
-    common = dict(
-        output_dir=output_dir,
-        use_cpu=True,
-        bf16=False,
+    if args.trainer == "trl":
+        from trl import GRPOConfig as config_cls
+
+        extra = {}
+    else:
+        from grpo_hub import GRPOHubConfig as config_cls
+
+        extra = json.loads(args.hub_config)
+    return tiny_config(
+        output_dir,
+        config_cls,
         max_steps=args.max_steps,
         learning_rate=args.learning_rate,
         gradient_accumulation_steps=args.grad_accum,
@@ -68,19 +76,10 @@ def build_config(args: argparse.Namespace, output_dir: str):
         max_completion_length=16,
         temperature=1.0,
         shuffle_dataset=False,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
         seed=args.seed,
         dataloader_num_workers=0,
+        **extra,
     )
-    if args.trainer == "trl":
-        from trl import GRPOConfig
-
-        return GRPOConfig(**common)
-    from grpo_hub import GRPOHubConfig
-
-    return GRPOHubConfig(**common, **json.loads(args.hub_config))
 
 
 def build_trainer(args: argparse.Namespace, config, scored: Counter):
@@ -114,35 +113,18 @@ def train(args: argparse.Namespace, result_dir: Path) -> None:
     before = trainable_state(trainer.model)
     train_output = trainer.train()
     after = trainable_state(trainer.model)
-    accelerator = trainer.accelerator
-    result = {
-        "rank": accelerator.process_index,
-        "world_size": accelerator.num_processes,
-        "backend": dist.get_backend() if dist.is_initialized() else None,
-        "distributed_type": str(accelerator.distributed_type),
-        "trainer": type(trainer).__name__,
-        "scored": dict(scored),
-        "global_step": trainer.state.global_step,
-        "train_loss": train_output.training_loss,
-        "log_history": trainer.state.log_history,
-        "max_param_change": max_change(before, after),
-        "params_finite": all(torch.isfinite(t).all().item() for t in after.values()),
-        "param_fingerprint": sum(t.double().abs().sum().item() for t in after.values()),
-        "n_trainable": sum(t.numel() for t in after.values()),
-    }
-    result_dir.mkdir(parents=True, exist_ok=True)
-    (result_dir / f"rank{accelerator.process_index}.json").write_text(json.dumps(result, allow_nan=True))
-    accelerator.wait_for_everyone()
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", required=True, help="JSON: {run name: [run arguments]}")
-    parser.add_argument("--result-dir", required=True)
-    cli = parser.parse_args()
-    for name, argv in json.loads(cli.runs).items():
-        train(parse_args(argv), Path(cli.result_dir) / name)
+    write_rank_result(
+        trainer,
+        result_dir,
+        trainer=type(trainer).__name__,
+        scored=dict(scored),
+        train_loss=train_output.training_loss,
+        max_param_change=max_change(before, after),
+        params_finite=all(torch.isfinite(t).all().item() for t in after.values()),
+        param_fingerprint=weight_fingerprint(after.values()),
+        n_trainable=sum(t.numel() for t in after.values()),
+    )
 
 
 if __name__ == "__main__":
-    main()
+    run_each(train, parse_args, __doc__)

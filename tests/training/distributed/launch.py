@@ -27,8 +27,10 @@ TAIL_CHARS = 6000
 
 
 def launch_env() -> dict[str, str]:
-    """Environment for the ranks: one thread each, offline Hub, cached torch extensions."""
+    """Environment for the ranks: one thread each, offline Hub, cached torch extensions, and the repository root
+    first on PYTHONPATH (a worker run as a script imports `tests....` and this checkout's grpo_hub)."""
     env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env.update(
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",

@@ -1,6 +1,6 @@
 """A mostly-degenerate task: only every k-th prompt is graded, the others get a constant (zero-signal) reward.
 
-Shared by the in-process tests and by `dynamic_worker.py` (which imports it by file name under accelerate).
+Shared by the in-process tests and by `dynamic_worker.py` (run under accelerate; it imports `tests....` too).
 """
 
 from datasets import Dataset

@@ -8,41 +8,32 @@ scored, and a fingerprint of its weights.
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-from degenerate import degenerate_dataset, mostly_flat_reward  # sibling file: the script dir is on sys.path
 
-from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub import GRPOHubTrainer
 from grpo_hub.tasks import build_tiny_model
+from tests.training.distributed.worker_common import (
+    single_run_config,
+    single_run_parser,
+    weight_fingerprint,
+    write_rank_result,
+)
+from tests.training.dynamic.degenerate import degenerate_dataset, mostly_flat_reward
 
 NUM_GENERATIONS = 4
 ROWS_PER_RANK = 8  # 2 groups per rank and generation batch: 4 groups in all
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--max-steps", type=int, default=3)
+    parser = single_run_parser(__doc__, max_steps=3)
     parser.add_argument("--live-every", type=int, default=4)
-    parser.add_argument("--result-dir", required=True)
     args = parser.parse_args()
-    config = GRPOHubConfig(
-        output_dir=str(Path(args.result_dir) / "out"),
-        use_cpu=True,
-        bf16=False,
-        max_steps=args.max_steps,
-        learning_rate=1e-3,
+    config = single_run_config(
+        args,
         per_device_train_batch_size=ROWS_PER_RANK,
         num_generations=NUM_GENERATIONS,
-        max_completion_length=8,
-        shuffle_dataset=False,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        seed=0,
         dynamic_sampling=True,
         dynamic_sampling_max_rounds=8,
     )
@@ -59,19 +50,12 @@ def main() -> None:
         train_dataset=degenerate_dataset(400, args.live_every),
     )
     trainer.train()
-    accelerator = trainer.accelerator
-    result = {
-        "rank": accelerator.process_index,
-        "world_size": accelerator.num_processes,
-        "backend": dist.get_backend() if dist.is_initialized() else None,
-        "distributed_type": str(accelerator.distributed_type),
-        "global_step": trainer.state.global_step,
-        "log_history": trainer.state.log_history,
-        "scored_prompts": scored,
-        "param_fingerprint": sum(p.detach().double().abs().sum().item() for p in trainer.model.parameters()),
-    }
-    (Path(args.result_dir) / f"rank{accelerator.process_index}.json").write_text(json.dumps(result))
-    accelerator.wait_for_everyone()
+    write_rank_result(
+        trainer,
+        Path(args.result_dir),
+        scored_prompts=scored,
+        param_fingerprint=weight_fingerprint(trainer.model.parameters()),
+    )
 
 
 if __name__ == "__main__":

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 from pathlib import Path
 
 import torch
 from datasets import Dataset
-from helpers import char_code_reward, grpo_args, lora_config  # sibling file: the script dir is on sys.path
 from transformers import TrainerCallback
 
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.tasks.tiny_model import build_tiny_model
 from grpo_hub.training.distributed import unwrap_peft_model
 from grpo_hub.training.reference import REF_ADAPTER, paired_parameters, reference_state_dict
+from tests.training.distributed.worker_common import run_each, write_rank_result
+from tests.training.reference.helpers import char_code_reward, grpo_args, lora_config
 
 PROMPTS = ["write the letter a", "count to three", "repeat b b b", "say many times c"]
 
@@ -134,37 +134,23 @@ def train(args: argparse.Namespace, result_dir: Path) -> None:
         callbacks=[probe],
     )
     trainer.train(resume_from_checkpoint=args.resume)
-    accelerator = trainer.accelerator
     peft_model = unwrap_peft_model(trainer.model)
-    result = {
-        "rank": accelerator.process_index,
-        "world_size": accelerator.num_processes,
-        "distributed_type": str(accelerator.distributed_type),
-        "ref_partitioned": any(
+    write_rank_result(
+        trainer,
+        result_dir,
+        ref_partitioned=any(
             hasattr(r, "ds_id") and not r.ds_persist for _, _, r in paired_parameters(peft_model, "default")
         ),
-        "ref_trainable": any(
+        ref_trainable=any(
             p.requires_grad for n, p in peft_model.named_parameters() if f".{REF_ADAPTER}." in n
         ),
-        "refreshed_at": trainer._reference_callback.refreshed_at,
-        "adapter_dtypes": sorted({str(p.dtype) for n, p in peft_model.named_parameters() if "lora_" in n}),
-        "steps": probe.steps,  # step N: recorded before the refresh of step N (the probe runs first)
-        "final": probe.record(trainer.model),  # after the last refresh
-        "kl": {row["step"]: row["kl"] for row in trainer.state.log_history if "kl" in row},
-    }
-    result_dir.mkdir(parents=True, exist_ok=True)
-    (result_dir / f"rank{accelerator.process_index}.json").write_text(json.dumps(result))
-    accelerator.wait_for_everyone()
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", required=True, help="JSON: {run name: [run arguments]}")
-    parser.add_argument("--result-dir", required=True)
-    cli = parser.parse_args()
-    for name, argv in json.loads(cli.runs).items():
-        train(parse_args(argv), Path(cli.result_dir) / name)
+        refreshed_at=trainer._reference_callback.refreshed_at,
+        adapter_dtypes=sorted({str(p.dtype) for n, p in peft_model.named_parameters() if "lora_" in n}),
+        steps=probe.steps,  # step N: recorded before the refresh of step N (the probe runs first)
+        final=probe.record(trainer.model),  # after the last refresh
+        kl={row["step"]: row["kl"] for row in trainer.state.log_history if "kl" in row},
+    )
 
 
 if __name__ == "__main__":
-    main()
+    run_each(train, parse_args, __doc__)

@@ -1,6 +1,6 @@
 """A graded-difficulty synthetic task: prompts always solved (reward 1), never solved (reward 0), or mixed.
 
-Shared by the in-process tests and by `selective_worker.py` (which imports it by file name under accelerate).
+Shared by the in-process tests and by `selective_worker.py` (run under accelerate; it imports `tests....` too).
 Prompt i is "mixed" when i % 4 == 0 (a completion-dependent reward in [0, 1)), else alternately "easy"
 (every completion gets 1.0: an all-max group) and "hard" (every completion gets 0.0: an all-min group).
 """

@@ -7,40 +7,31 @@ writes its log history, its skip decisions, the prompts its reward function scor
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-from graded import graded_dataset, graded_reward  # sibling file: the script dir is on sys.path
 
-from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub import GRPOHubTrainer
 from grpo_hub.tasks import build_tiny_model
+from tests.training.distributed.worker_common import (
+    single_run_config,
+    single_run_parser,
+    weight_fingerprint,
+    write_rank_result,
+)
+from tests.training.selective.graded import graded_dataset, graded_reward
 
 NUM_GENERATIONS = 4
 ROWS_PER_RANK = 6  # 3 groups per generation batch, split 6 + 6 rows: the middle group spans both ranks
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--max-steps", type=int, default=4)
-    parser.add_argument("--result-dir", required=True)
+    parser = single_run_parser(__doc__, max_steps=4)
     args = parser.parse_args()
-    config = GRPOHubConfig(
-        output_dir=str(Path(args.result_dir) / "out"),
-        use_cpu=True,
-        bf16=False,
-        max_steps=args.max_steps,
-        learning_rate=1e-3,
+    config = single_run_config(
+        args,
         per_device_train_batch_size=ROWS_PER_RANK,
         num_generations=NUM_GENERATIONS,
-        max_completion_length=8,
-        shuffle_dataset=False,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        seed=0,
         dynamic_sampling=True,
         selective_rollout=True,
     )
@@ -54,20 +45,13 @@ def main() -> None:
         model=build_tiny_model(), reward_funcs=[reward], args=config, train_dataset=graded_dataset(400)
     )
     trainer.train()
-    accelerator = trainer.accelerator
-    result = {
-        "rank": accelerator.process_index,
-        "world_size": accelerator.num_processes,
-        "backend": dist.get_backend() if dist.is_initialized() else None,
-        "distributed_type": str(accelerator.distributed_type),
-        "global_step": trainer.state.global_step,
-        "log_history": trainer.state.log_history,
-        "decisions": list(trainer._selector.decisions),
-        "scored_rows": scored,
-        "param_fingerprint": sum(p.detach().double().abs().sum().item() for p in trainer.model.parameters()),
-    }
-    (Path(args.result_dir) / f"rank{accelerator.process_index}.json").write_text(json.dumps(result))
-    accelerator.wait_for_everyone()
+    write_rank_result(
+        trainer,
+        Path(args.result_dir),
+        decisions=list(trainer._selector.decisions),
+        scored_rows=scored,
+        param_fingerprint=weight_fingerprint(trainer.model.parameters()),
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ per run with the log history, the world size, the engine dtype and a checksum of
         --runs '{"agilerl": {"vllm_is_preset": "agilerl"}, "lora": {"lora_r": 16}}'
 
 A run's JSON holds GRPOHubConfig overrides, plus `lora_r`: train a LoRA adapter of this rank (absent: full model).
+The vLLM environment's python imports `tests....` through PYTHONPATH (engine.vllm_env: the repository root).
 """
 
 import argparse
@@ -14,22 +15,20 @@ import gc
 import json
 from pathlib import Path
 
+import torch
+
+from grpo_hub import GRPOHubTrainer
+from grpo_hub.tasks import DEFAULT_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
+from tests.helpers import tiny_config
+from tests.training.distributed.worker_common import weight_fingerprint, write_rank_result
+
+# tests.helpers.tiny_config (CPU, 4 generations of 8 tokens, learning rate 1e-2, seed 0) with vLLM colocate
 BASE_CONFIG = {
-    "use_cpu": True,
-    "bf16": False,
     "use_vllm": True,
     "vllm_mode": "colocate",
     "vllm_max_model_length": 128,
     "per_device_train_batch_size": 4,
-    "num_generations": 4,
-    "max_completion_length": 8,
-    "learning_rate": 1e-2,
     "max_steps": 2,
-    "logging_steps": 1,
-    "seed": 0,
-    "report_to": "none",
-    "save_strategy": "no",
-    "disable_tqdm": True,
 }
 
 
@@ -40,16 +39,11 @@ def parse_args():
     return parser.parse_args()
 
 
-def train(model_dir: str, output_dir: Path, overrides: dict) -> dict:
-    """One run with `overrides`; the result dict of this rank."""
-    import torch
-
-    from grpo_hub import GRPOHubConfig, GRPOHubTrainer
-    from grpo_hub.tasks import DEFAULT_TASK, get_reward_funcs, load_task_dataset
-
+def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
+    """One run with `overrides`: train in `run_dir`/out, write this rank's result to `run_dir`/rank<k>.json."""
     overrides = dict(overrides)
     lora_r = overrides.pop("lora_r", 0)
-    args = GRPOHubConfig(**{**BASE_CONFIG, "output_dir": str(output_dir), **overrides})
+    args = tiny_config(run_dir / "out", **{**BASE_CONFIG, **overrides})
     peft_config = None
     if lora_r:
         from peft import LoraConfig
@@ -63,26 +57,20 @@ def train(model_dir: str, output_dir: Path, overrides: dict) -> dict:
         train_dataset=load_task_dataset(DEFAULT_TASK, n=32, seed=0),
     )
     trainer.train()
-    return {
-        "rank": trainer.accelerator.process_index,
-        "world_size": trainer.accelerator.num_processes,
-        "engine_dtype": str(trainer.vllm_generation.llm.llm_engine.model_config.dtype),
-        "weight_checksum": sum(p.detach().double().abs().sum().item() for p in trainer.model.parameters()),
-        "threads": torch.get_num_threads(),
-        "log_history": trainer.state.log_history,
-    }
+    write_rank_result(
+        trainer,
+        run_dir,
+        engine_dtype=str(trainer.vllm_generation.llm.llm_engine.model_config.dtype),
+        weight_checksum=weight_fingerprint(trainer.model.parameters()),
+        threads=torch.get_num_threads(),
+    )
 
 
 def main():
-    from grpo_hub.tasks import build_tiny_model
-
     cli = parse_args()
     model_dir = build_tiny_model()
     for name, overrides in json.loads(cli.runs).items():
-        run_dir = Path(cli.result_dir, name)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        result = train(model_dir, run_dir / "out", overrides)
-        (run_dir / f"rank{result['rank']}.json").write_text(json.dumps(result))
+        train(model_dir, Path(cli.result_dir, name), overrides)
         gc.collect()  # the finished run's engine and its KV cache
 
 
