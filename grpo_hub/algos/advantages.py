@@ -96,7 +96,7 @@ def zero_signal_mask(rewards: torch.Tensor, group_size: int, eps: float = 0.0) -
     """Bool (N,): True for rows whose group carries no learning signal.
 
     A group has zero signal when max(r) - min(r) <= eps over its non-NaN rewards, or when it has fewer
-    than 2 non-NaN rewards. Decided from the raw rewards, never from advantage == 0 (see the float32
+    than 2 non-NaN rewards. Decided from the rewards, never from advantage == 0 (see the float32
     caveat in `group_advantages`). DAPO's dynamic sampling (arXiv:2503.14476) drops exactly these groups.
     """
     grouped = _grouped(rewards, group_size)
@@ -112,7 +112,7 @@ def zero_signal_kinds(
 ) -> torch.Tensor:
     """(N / group_size,) long: INFORMATIVE, ALL_MAX or ALL_MIN per group of `group_size` consecutive rows.
 
-    A group is zero-signal as in `zero_signal_mask` (raw reward spread max - min <= eps over its non-NaN
+    A group is zero-signal as in `zero_signal_mask` (reward spread max - min <= eps over its non-NaN
     rewards, or fewer than 2 of them). Its flat value v (mean of its non-NaN rewards) is ALL_MAX when it lies
     in the upper half of [low, high] (v - low >= high - v: every completion solved the prompt), else ALL_MIN
     (none did). A group without any non-NaN reward carries no evidence and is INFORMATIVE. DAPO

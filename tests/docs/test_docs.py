@@ -55,6 +55,14 @@ def test_config_reference_is_current():
     assert on_disk == generator.render(), f"docs/config-reference.md is out of date. Fix: {generator.COMMAND}"
 
 
+def test_compatibility_page_is_current():
+    generator = load_generator()
+    on_disk = generator.COMPATIBILITY.read_text(encoding="utf-8") if generator.COMPATIBILITY.exists() else ""
+    assert on_disk == generator.render_compatibility(), (
+        f"docs/compatibility.md is out of date. Fix: {generator.COMMAND}"
+    )
+
+
 def test_every_added_field_has_help():
     import trl
 

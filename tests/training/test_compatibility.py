@@ -130,6 +130,7 @@ PACKABLE = [
     for name in SWITCHES
     if trains(name)
     and not SWITCHES[name].needs_peft
+    and name not in ("filtering", "packing")
     and allowed({**SWITCHES[name].example, "filter_zero_signal": True, "zero_signal_pack": True})
     and allowed({**SWITCHES[name].example, "filter_zero_signal": True, "zero_signal_pack": False})
 ]
@@ -151,11 +152,19 @@ def test_equivalences_cover_most_features():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", PACKABLE)
 def test_packed_equals_unpacked_with(tmp_path, tiny_model_dir, name):
-    example = {**SWITCHES[name].example, "filter_zero_signal": True, "learning_rate": 0.0}
-    layout = {"gradient_accumulation_steps": 2}
-    thin = run_probed(tmp_path, tiny_model_dir, zero_signal_pack=False, **layout, **example)
-    packed = run_probed(tmp_path, tiny_model_dir, zero_signal_pack=True, **layout, **example)
-    assert packed.forwards < thin.forwards
+    settings = {
+        **SWITCHES[name].example,
+        "filter_zero_signal": True,
+        "learning_rate": 0.0,
+        "gradient_accumulation_steps": 2,
+    }
+    thin = run_probed(tmp_path, tiny_model_dir, **{**settings, "zero_signal_pack": False})
+    packed = run_probed(tmp_path, tiny_model_dir, **{**settings, "zero_signal_pack": True})
+    # dynamic sampling refills the batch with informative groups, so there is little or nothing to pack
+    assert packed.forwards < thin.forwards or (
+        name == "dynamic_sampling" and packed.forwards == thin.forwards
+    )
+    assert thin.grads and all(g.abs().sum() > 0 for g in thin.grads)
     for a, b in zip(packed.grads, thin.grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 

@@ -149,3 +149,33 @@ def test_all_filtered_batch_neither_crashes_nor_moves_the_model(tmp_path, tiny_m
     assert [h["filter/rows_trained"] for h in logs] == [0.0, 0.0]
     assert all(h["loss"] == 0.0 and h["grad_norm"] == 0.0 for h in logs)
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
+
+
+def clipped_flat_reward(prompts, completions, completion_ids, **kwargs):
+    """'Stay quiet' prompts: 5 or 10 by completion (raw spread 5, clipped to 1.0 by reward_clip=1); others graded."""
+    return [
+        (5.0 if sum(ids) % 2 else 10.0) if p.startswith("Stay") else (sum(ids) % 7) / 7 - 0.5
+        for p, ids in zip(prompts, completion_ids, strict=True)
+    ]
+
+
+def test_zero_signal_is_decided_after_reward_clip(tmp_path, tiny_model_dir):
+    """docs/filtering.md: zero-signal groups are found from the rewards the advantages use (after reward_clip)."""
+    dropped = {}
+    for clip in (None, 1.0):
+        args = tiny_config(tmp_path, **SETTINGS, filter_zero_signal=True, reward_clip=clip, max_steps=2)
+        trainer = make_trainer(
+            GRPOHubTrainer,
+            tiny_model_dir,
+            args,
+            reward_funcs=[clipped_flat_reward],
+            dataset=half_signal_dataset(),
+        )
+        trainer.train()
+        dropped[clip] = [
+            h["filter/frac_rows_dropped"]
+            for h in trainer.state.log_history
+            if "filter/frac_rows_dropped" in h
+        ]
+    assert dropped[1.0] and all(share >= 0.5 for share in dropped[1.0])  # the quiet half is flat once clipped
+    assert all(share < 0.5 for share in dropped[None])  # raw, the quiet half varies
