@@ -75,4 +75,7 @@ def test_packed_filtering_matches_unpacked_under_deepspeed(runs):
     for a, b in zip(packed, thin, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-6)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)
-    assert runs["packed"]["param_fingerprint"] == pytest.approx(runs["thin"]["param_fingerprint"], rel=1e-6)
+    # Adam divides by sqrt(v) + eps: a gradient component near eps turns float summation-order noise (one 16-row
+    # micro-step vs two 8-row ones) into an update difference of up to ~lr/20, so weights agree to ~1e-5, not 1e-6
+    # (ZeRO-3 on one 2-core machine: 990.7721 vs 990.7703).
+    assert runs["packed"]["param_fingerprint"] == pytest.approx(runs["thin"]["param_fingerprint"], rel=1e-5)
