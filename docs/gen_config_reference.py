@@ -152,7 +152,7 @@ def render_compatibility() -> str:
         example = ", ".join(f"`{k}={v!r}`" for k, v in f.example.items())
         notes = " (config only: needs vLLM)" if not f.trains else ""
         notes += " (PEFT model)" if f.needs_peft else ""
-        notes += " (tool-calling rollouts; config only)" if f.multi_turn else ""
+        notes += " (trained on scripted tool-calling rollouts; with a PEFT feature: config only)" if f.multi_turn else ""
         rows.append(f"| `{f.name}` | {example}{notes} | [{f.page}]({f.page}) |")
     refusals = [f"{number}. {_cell(message)}" for message, number in errors.items()]
     effects = ["| field | has an effect only with |", "|---|---|"] + [

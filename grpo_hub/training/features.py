@@ -319,7 +319,7 @@ class Feature:
     dependents: tuple[Dependents, ...] = ()
     page: str = ""  # docs page
     needs_peft: bool = False  # the example trains only a PEFT model
-    multi_turn: bool = False  # the example trains only tool-calling rollouts
+    multi_turn: bool = False  # the example trains only on tool-calling rollouts (per-turn rewards)
     trains: bool = (
         True  # False: refused, or needs what the CPU test machine lacks (vLLM), so config-time only
     )

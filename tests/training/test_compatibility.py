@@ -120,6 +120,28 @@ def test_pair_trains_two_steps_with_finite_weights(tmp_path, tiny_model_dir, fir
     assert losses and all(math.isfinite(v) for v in losses)
 
 
+TURN_PAIRS = [
+    (a, b)
+    for a, b in PAIRS
+    if "turn_advantages" in (a, b)
+    and all(SWITCHES[n].trains and not SWITCHES[n].needs_peft for n in (a, b))
+    and not isinstance(outcome(merged(a, b)), ValueError)
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("first", "second"), TURN_PAIRS, ids=[f"{a}+{b}" for a, b in TURN_PAIRS])
+def test_turn_pair_trains_two_steps_on_tool_rollouts(tmp_path, tiny_model_dir, first, second):
+    """turn_advantages needs per-turn rewards of tool-calling rollouts: the scripted tool task of test_multi_turn."""
+    from tests.training.dynamic.test_multi_turn import tool_trainer
+
+    settings = {"importance_sampling_level": None, **merged(first, second), "max_steps": 2}
+    trainer = tool_trainer(tmp_path, tiny_model_dir, **settings)
+    trainer.train()
+    assert trainer.state.global_step == 2
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
 # --- the documented equivalences, for every feature they allow ---
 def allowed(settings: dict) -> bool:
     return not isinstance(outcome(settings), ValueError)
