@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from grpo_hub.algos import loss_types
 from grpo_hub.training import features
 from grpo_hub.training.compat import check_trl_version
 from grpo_hub.training.validation import check_effect, check_finite, check_type, field_error
@@ -36,10 +37,12 @@ class GRPOHubConfig(GRPOConfig):
     loss_type: str = field(
         default="dapo",
         metadata={
-            "help": "TRL's loss types ('grpo', 'dr_grpo', 'dapo' (default), 'bnpo', 'cispo', 'sapo', 'luspo', "
-            "'vespo') plus the preset 'gspo' = 'grpo' with importance_sampling_level='sequence' and, unless "
-            "epsilon/epsilon_high are set, the GSPO paper's clip ranges epsilon=3e-4, epsilon_high=4e-4. "
-            "'cispo' without epsilon_high sets the recommended cap epsilon_high=5.0."
+            "help": f"TRL's loss types {', '.join(map(repr, loss_types.TRL_NAMES))} (default 'dapo') plus the "
+            "preset 'gspo' = 'grpo' with importance_sampling_level='sequence' and, unless epsilon/epsilon_high are "
+            f"set, the GSPO paper's clip ranges epsilon={features.GSPO_EPSILON}, "
+            f"epsilon_high={features.GSPO_EPSILON_HIGH}. 'cispo' without epsilon_high sets the recommended cap "
+            f"epsilon_high={features.CISPO_EPSILON_HIGH}. Each one's normaliser and surrogate: "
+            "grpo_hub/algos/loss_types.py."
         },
     )
     epsilon: float | None = field(
@@ -69,7 +72,8 @@ class GRPOHubConfig(GRPOConfig):
         metadata={
             "help": "Loss aggregation (ROLL/verl): 'token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean', "
             "'seq-mean-token-sum-norm' (token sum / max_completion_length, mean over sequences). Replaces the "
-            "normaliser of loss_type 'grpo'/'gspo'/'dapo'/'cispo'. None: the loss_type's own normaliser."
+            f"normaliser of loss_type {'/'.join(map(repr, loss_types.OWN_PATH_NAMES))} (the own loss path). None: "
+            "the loss_type's own normaliser."
         },
     )
 
