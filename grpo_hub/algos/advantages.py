@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-NORMS = ("mean_std", "mean_only", "none")
+NORMS = ("mean_std", "mean_only", "no_baseline")
 STD_SCOPES = ("group", "batch")
 REWARD_NORMS = ("batch", "running")
 PROCESS_VARIANTS = ("outcome", "process", "process_rtg")
@@ -52,7 +52,7 @@ def _centre_and_scale(grouped: torch.Tensor, dims, norm: str, eps: float, std_ov
 
     `std_over`: tensor whose global std replaces the per-group one (batch scope); None = per group.
     """
-    if norm == "none":
+    if norm == "no_baseline":
         return torch.nan_to_num(grouped, nan=0.0)
     centred = grouped - torch.nanmean(grouped, dim=dims, keepdim=True)
     if norm == "mean_std":
@@ -73,7 +73,7 @@ def group_advantages(
 
     mean_std:  A_i = (r_i - mean_g) / (std + eps)      std = unbiased sample std (torch.std / TRL / verl)
     mean_only: A_i = r_i - mean_g                       (Dr. GRPO, arXiv:2503.20783)
-    none:      A_i = r_i
+    no_baseline: A_i = r_i
     The baseline mean_g is always the group mean. std_scope="group" takes the std of the group,
     std_scope="batch" the std of every non-NaN reward in the batch (the baseline stays the group mean).
     These reproduce TRL 1.16 `_generate_and_score_completions` (sum_then_normalize): mean_std+group ==

@@ -107,8 +107,8 @@ class GRPOHubConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Group advantage: 'mean_std' (r - mean) / std, std over scale_rewards' scope ('group' or "
-            "'batch'); 'mean_only' (r - mean, sets scale_rewards='none'); 'none' (raw reward, no baseline). "
-            "None: TRL's scale_rewards decides."
+            "'batch'); 'mean_only' (r - mean, sets scale_rewards='none'); 'no_baseline' (A = r: the raw reward; "
+            "'none' is its deprecated name). None: TRL's scale_rewards decides."
         },
     )
     whiten_advantages: bool = field(

@@ -10,6 +10,7 @@ switch is off), `CONFLICTS` (pairs refused with both fields named), and docs/com
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -41,7 +42,7 @@ def uses_own_loss(c) -> bool:
 
 def recomputes_advantages(c) -> bool:
     return (
-        c.adv_norm == "none"
+        c.adv_norm == "no_baseline"
         or c.whiten_advantages
         or c.adv_clip_range is not None
         or c.token_level_kl_coef > 0
@@ -69,7 +70,7 @@ def resolve(c) -> None:
        epsilon_high is given; epsilon None -> TRL's 0.2; importance_sampling_level None -> 'token';
        loss_type='cispo' without epsilon_high -> the recommended cap 5.0.
     2. dual_clip_c -> TRL's delta (equal to dual-clip when dual_clip_c > 1 + epsilon_high).
-    3. adv_norm='mean_only' -> scale_rewards='none'.
+    3. adv_norm='mean_only' -> scale_rewards='none'; the deprecated adv_norm='none' -> 'no_baseline'.
     4. vllm_is_preset -> TRL's vLLM IS mode and bounds (`vllm_checks.resolve_vllm_is`).
     5. dynamic_sampling -> filter_zero_signal=True (recorded in `implied_by`, so errors name the switch the user set).
     6. zero_signal_pack None -> on when filtering is on and packing is exact (`pack_blockers`), else off.
@@ -97,6 +98,11 @@ def resolve(c) -> None:
                 "set only one of dual_clip_c and delta.",
             )
         c.delta = c.dual_clip_c
+    if c.adv_norm == "none":  # the old name, easily confused with adv_norm=None (TRL decides)
+        warnings.warn(
+            "adv_norm='none' is deprecated: use adv_norm='no_baseline'.", FutureWarning, stacklevel=4
+        )
+        c.adv_norm = "no_baseline"
     if c.adv_norm == "mean_only":
         if c.scale_rewards == "batch":
             conflict_error(
@@ -438,7 +444,7 @@ FEATURES = (
     ),
     Feature("reward_norm", {"reward_norm": "batch"}, page="variants.md"),
     Feature("kl_in_reward", {"token_level_kl_coef": 0.01, "beta": 0.04}, page="variants.md"),
-    Feature("adv_norm", {"adv_norm": "none"}, (check_advantages,), page="variants.md"),
+    Feature("adv_norm", {"adv_norm": "no_baseline"}, (check_advantages,), page="variants.md"),
     Feature("whiten_advantages", {"whiten_advantages": True}, page="variants.md"),
     Feature("adv_clip", {"adv_clip_range": 1.0}, page="variants.md"),
     Feature("entropy_bonus", {"entropy_coef": 0.01}, page="variants.md"),
@@ -483,7 +489,7 @@ def _signal_conflicts() -> list[Conflict]:
     varying functions). Zero-signal groups are found from the rewards after reward_clip / reward_norm, which are
     the advantages' input."""
     carriers = {
-        "adv_norm": (lambda c: c.adv_norm == "none", "adv_norm='none' (A = r, no baseline)"),
+        "adv_norm": (lambda c: c.adv_norm == "no_baseline", "adv_norm='no_baseline' (A = r)"),
         "whiten_advantages": (lambda c: c.whiten_advantages, "whitening over the batch"),
         "token_level_kl_coef": (lambda c: c.token_level_kl_coef > 0, "the KL in the reward"),
         "turn_advantages": (lambda c: c.turn_advantages is not None, "per-turn rewards"),
@@ -605,7 +611,7 @@ CONFLICTS = (
         "multi_objective_aggregation",
         "whiten_advantages",
         lambda c: recomputes_advantages(c) and c.multi_objective_aggregation != "sum_then_normalize",
-        "'normalize_then_sum' builds its own advantages, which adv_norm='none', whiten_advantages, adv_clip_range "
+        "'normalize_then_sum' builds its own advantages, which adv_norm='no_baseline', whiten_advantages, adv_clip_range "
         "and token_level_kl_coef cannot edit.",
         "use multi_objective_aggregation='sum_then_normalize' or turn those options off.",
     ),

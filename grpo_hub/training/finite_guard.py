@@ -1,7 +1,7 @@
 """Weights never become NaN/inf: the optimizer step is refused when a gradient is not finite.
 
 Finite rewards can still overflow float32 in the loss or its gradient (e.g. rewards near 3e38 with
-adv_norm='none'); gradient clipping then multiplies an infinite norm's 0 coefficient into inf, giving NaN, and
+adv_norm='no_baseline'); gradient clipping then multiplies an infinite norm's 0 coefficient into inf, giving NaN, and
 the optimizer writes NaN into every weight (the next step dies in sampling). `FiniteGradientsCallback` checks the
 clipped gradients before `optimizer.step()` and raises instead. Gradients are reduced over ranks before this
 point (DDP), so every rank raises together; partitioned gradients (ZeRO, FSDP) are checked per shard. Under fp16

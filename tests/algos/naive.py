@@ -23,7 +23,7 @@ def normalise(x, m, std, norm, eps):
     """One value normalised against (m, std) as the house functions define it; undefined -> 0."""
     if is_nan(x):
         return 0.0
-    if norm == "none":
+    if norm == "no_baseline":
         return x
     if norm == "mean_only":
         return x - m

@@ -95,7 +95,7 @@ def test_group_size_one_gives_zero_advantage():
     for norm in ("mean_std", "mean_only"):
         for scope in adv.STD_SCOPES:
             assert torch.equal(adv.group_advantages(rewards, 1, norm=norm, std_scope=scope), torch.zeros(3))
-    assert torch.equal(adv.group_advantages(rewards, 1, norm="none"), rewards)
+    assert torch.equal(adv.group_advantages(rewards, 1, norm="no_baseline"), rewards)
 
 
 def test_nan_rewards_are_excluded_and_get_zero():

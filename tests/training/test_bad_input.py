@@ -26,7 +26,7 @@ def _reward_with(value, row: int):
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, 1e300])  # 1e300 is inf in float32
 def test_infinite_reward_names_the_function_and_rows_and_leaves_weights(tmp_path, tiny_model_dir, value):
-    args = tiny_config(tmp_path, adv_norm="none")
+    args = tiny_config(tmp_path, adv_norm="no_baseline")
     trainer = make_trainer(
         GRPOHubTrainer,
         tiny_model_dir,
@@ -43,7 +43,7 @@ def test_infinite_reward_names_the_function_and_rows_and_leaves_weights(tmp_path
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
-@pytest.mark.parametrize("adv_norm", ["none", "mean_only"])
+@pytest.mark.parametrize("adv_norm", ["no_baseline", "mean_only"])
 def test_finite_rewards_that_overflow_the_gradient_leave_the_weights(tmp_path, tiny_model_dir, adv_norm):
     """Rewards near float32's max pass the reward check, but their gradients overflow: the step is refused."""
 
@@ -92,7 +92,7 @@ def test_unscored_rewards_still_train_with_finite_weights(tmp_path, tiny_model_d
             for i, c in enumerate(completions)
         ]
 
-    args = tiny_config(tmp_path, adv_norm="none", max_steps=2)
+    args = tiny_config(tmp_path, adv_norm="no_baseline", max_steps=2)
     trainer = make_trainer(
         GRPOHubTrainer,
         tiny_model_dir,

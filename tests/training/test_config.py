@@ -56,6 +56,11 @@ def test_cispo_preset_sets_documented_cap():
     assert make(loss_type="cispo", epsilon_high=3.0).epsilon_high == 3.0
 
 
+def test_adv_norm_none_is_a_deprecated_name_of_no_baseline():
+    with pytest.warns(FutureWarning, match="no_baseline"):
+        assert make(adv_norm="none").adv_norm == "no_baseline"
+
+
 def test_dual_clip_maps_onto_trl_delta():
     assert make(dual_clip_c=3.0).delta == 3.0
 
@@ -105,7 +110,7 @@ INVALID = [
     ("zero_signal_normalizer", {"filter_zero_signal": True, "zero_signal_normalizer": "some"}),
     # zero-spread groups that still carry advantages (issue 25, defect 5): skipping them would change the gradient
     ("filter_zero_signal", {"filter_zero_signal": True, "whiten_advantages": True}),
-    ("dynamic_sampling", {"dynamic_sampling": True, "adv_norm": "none"}),
+    ("dynamic_sampling", {"dynamic_sampling": True, "adv_norm": "no_baseline"}),
     ("selective_rollout", {"selective_rollout": True, "turn_advantages": "turn"}),
     (
         "multi_objective_aggregation",

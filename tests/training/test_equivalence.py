@@ -105,7 +105,12 @@ def test_running_reward_norm_updates_only_in_training(tmp_path, tiny_model_dir):
 
 @pytest.mark.parametrize(
     "options",
-    [{"adv_norm": "none"}, {"whiten_advantages": True}, {"adv_clip_range": 0.5}, {"adv_norm": "mean_only"}],
+    [
+        {"adv_norm": "no_baseline"},
+        {"whiten_advantages": True},
+        {"adv_clip_range": 0.5},
+        {"adv_norm": "mean_only"},
+    ],
 )
 def test_advantage_options(tmp_path, tiny_model_dir, options):
     raw = [0.0, 5.0, -5.0, 1.0, 2.0, 2.5, 3.0, -1.0]
@@ -115,7 +120,10 @@ def test_advantage_options(tmp_path, tiny_model_dir, options):
     advantages = scored_batch(trainer)["advantages"]
     rewards = torch.tensor(raw)
     expected = {
-        "adv_norm": {"none": rewards, "mean_only": adv_fns.group_advantages(rewards, 4, norm="mean_only")},
+        "adv_norm": {
+            "no_baseline": rewards,
+            "mean_only": adv_fns.group_advantages(rewards, 4, norm="mean_only"),
+        },
         "whiten_advantages": {True: adv_fns.whiten(adv_fns.group_advantages(rewards, 4))},
         "adv_clip_range": {0.5: adv_fns.group_advantages(rewards, 4).clamp(-0.5, 0.5)},
     }
