@@ -14,16 +14,14 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from grpo_hub.algos import advantages, importance, loss_types, losses, selection
-from grpo_hub.training.reference import validate_reference_settings
+from grpo_hub.algos import loss_types
+from grpo_hub.training import feature_checks
 from grpo_hub.training.validation import conflict_error, field_error
-from grpo_hub.training.vllm_checks import check_sampler_matches_trainer, resolve_vllm_is
+from grpo_hub.training.vllm_checks import resolve_vllm_is
 
 TRL_EPSILON = 0.2
 GSPO_EPSILON, GSPO_EPSILON_HIGH = 3e-4, 4e-4  # GSPO paper, section 5.1
 CISPO_EPSILON_HIGH = 5.0  # ScaleRL paper's recommended CISPO cap
-ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
-DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
 SIGNAL_SWITCHES = ("filter_zero_signal", "dynamic_sampling", "selective_rollout")  # act on zero-signal groups
 
 
@@ -59,6 +57,14 @@ def pack_blockers(c) -> list[tuple[str, str]]:
     if entropy_bonus(c):
         reasons.append(("entropy_coef", "TRL's entropy bonus is a token mean over each micro-batch"))
     return reasons
+
+
+def check_packing(c) -> None:
+    if c.zero_signal_pack:
+        for name, reason in pack_blockers(c):
+            conflict_error(
+                "zero_signal_pack", name, f"cannot apply: {reason}.", "leave zero_signal_pack unset."
+            )
 
 
 # --- phase 1: resolve ---
@@ -117,194 +123,6 @@ def resolve(c) -> None:
         c.zero_signal_pack = not pack_blockers(c)
 
 
-# --- phase 2: each feature's own checks (the resolved config; nothing is changed) ---
-def check_loss_type(c) -> None:
-    if c.loss_type not in loss_types.NAMES:
-        field_error("loss_type", f"{c.loss_type!r} is not supported.", f"use one of {loss_types.NAMES}.")
-    if c.importance_sampling_level not in losses.LEVELS:
-        field_error(
-            "importance_sampling_level",
-            f"{c.importance_sampling_level!r} is not supported.",
-            f"use one of {losses.LEVELS}.",
-        )
-    if c.importance_sampling_level == "turn" and c.loss_type not in loss_types.OWN_PATH_NAMES:
-        field_error(
-            "importance_sampling_level",
-            f"'turn' is implemented for loss_type in {loss_types.OWN_PATH_NAMES}, not {c.loss_type!r}.",
-            "use loss_type='grpo', 'dapo' or 'cispo', or importance_sampling_level='token'/'sequence'.",
-        )
-
-
-def check_clip(c) -> None:
-    if c.epsilon < 0:
-        field_error("epsilon", f"must be >= 0, got {c.epsilon}.", "use a small positive value such as 0.2.")
-    if c.epsilon_high is not None and c.epsilon_high < 0:
-        field_error(
-            "epsilon_high", f"must be >= 0, got {c.epsilon_high}.", "use e.g. 0.28 (or 5.0 for cispo)."
-        )
-    if c.loss_type != "cispo" and c.epsilon >= 1:
-        field_error(
-            "epsilon",
-            f"the lower clip bound 1 - epsilon = {1 - c.epsilon} is not positive, so the clip range is inverted.",
-            "use epsilon < 1.",
-        )
-    if c.loss_type == "cispo" and c.epsilon_high <= 1:
-        field_error(
-            "epsilon_high",
-            f"with loss_type='cispo' it is the absolute ratio cap, and {c.epsilon_high} <= 1 down-weights every "
-            "on-policy token.",
-            "use epsilon_high > 1 (recommended 5.0) or leave it unset.",
-        )
-
-
-def check_dual_clip(c) -> None:
-    loss = loss_types.REGISTRY.get(c.loss_type)
-    if c.dual_clip_c is None or loss is None or loss.surrogate != "clip":  # other surrogates: CONFLICTS
-        return
-    upper = 1 + (c.epsilon_high if c.epsilon_high is not None else c.epsilon)
-    if c.dual_clip_c <= upper:
-        field_error(
-            "dual_clip_c",
-            f"must be > 1 + epsilon_high = {upper}, got {c.dual_clip_c}.",
-            "use e.g. dual_clip_c=3.0.",
-        )
-
-
-def check_loss_agg(c) -> None:
-    if c.loss_agg_mode is not None and c.loss_agg_mode not in losses.AGG_MODES:
-        field_error(
-            "loss_agg_mode", f"{c.loss_agg_mode!r} is not supported.", f"use one of {losses.AGG_MODES}."
-        )
-
-
-def check_filtering(c) -> None:
-    if c.zero_signal_eps < 0:
-        field_error(
-            "zero_signal_eps", f"must be >= 0, got {c.zero_signal_eps}.", "use 0.0 or a small spread."
-        )
-    if c.zero_signal_normalizer not in ZERO_SIGNAL_NORMALIZERS:
-        field_error(
-            "zero_signal_normalizer",
-            f"{c.zero_signal_normalizer!r} is not supported.",
-            f"use one of {ZERO_SIGNAL_NORMALIZERS}.",
-        )
-
-
-def check_packing(c) -> None:
-    if c.zero_signal_pack:
-        for name, reason in pack_blockers(c):
-            conflict_error(
-                "zero_signal_pack", name, f"cannot apply: {reason}.", "leave zero_signal_pack unset."
-            )
-
-
-def check_dynamic_sampling(c) -> None:
-    if c.dynamic_sampling_on_cap not in DYNAMIC_SAMPLING_ON_CAP:
-        field_error(
-            "dynamic_sampling_on_cap",
-            f"{c.dynamic_sampling_on_cap!r} is not supported.",
-            f"use one of {DYNAMIC_SAMPLING_ON_CAP}.",
-        )
-    if c.dynamic_sampling_max_rounds < 0:
-        field_error(
-            "dynamic_sampling_max_rounds",
-            f"must be >= 0, got {c.dynamic_sampling_max_rounds}.",
-            "use e.g. 4.",
-        )
-    target = c.dynamic_sampling_target_groups
-    groups_per_batch = c.generation_batch_size // c.num_generations
-    reachable = (1 + c.dynamic_sampling_max_rounds) * groups_per_batch
-    if c.dynamic_sampling and target is not None and not 1 <= target <= reachable:
-        field_error(
-            "dynamic_sampling_target_groups",
-            f"must be in [1, {reachable}] ((1 + dynamic_sampling_max_rounds) x {groups_per_batch} groups per "
-            f"generation batch), got {target}.",
-            "lower the target or raise dynamic_sampling_max_rounds.",
-        )
-
-
-def check_selective_rollout(c) -> None:
-    ranges = {
-        "selective_rollout_target_zero_frac": (0.0, 1.0),
-        "selective_rollout_explore_init": (selection.EXPLORE_LOW, selection.EXPLORE_HIGH),
-        "selective_rollout_explore_step": (0.0, 1.0),
-    }
-    for name, (low, high) in ranges.items():
-        if not low <= getattr(c, name) <= high:
-            field_error(name, f"must be in [{low}, {high}], got {getattr(c, name)}.", "use its default.")
-    if not 0.0 < c.selective_rollout_min_keep_prob <= 1.0:
-        field_error(
-            "selective_rollout_min_keep_prob",
-            f"must be in (0, 1], got {c.selective_rollout_min_keep_prob}; 0 would never revisit a prompt.",
-            "use e.g. 0.01.",
-        )
-    low, high = c.selective_rollout_reward_min, c.selective_rollout_reward_max
-    if low is not None and high is not None and not low < high:
-        field_error(
-            "selective_rollout_reward_min",
-            f"must be < selective_rollout_reward_max, got {low} >= {high}.",
-            "give the reward function's lowest and highest value.",
-        )
-
-
-def check_turn_advantages(c) -> None:
-    if c.turn_advantages is not None and c.turn_advantages not in advantages.TURN_SCOPES:
-        field_error(
-            "turn_advantages",
-            f"{c.turn_advantages!r} is not supported.",
-            f"use one of {advantages.TURN_SCOPES} or None.",
-        )
-
-
-def check_rewards(c) -> None:
-    if c.reward_clip is not None and c.reward_clip <= 0:
-        field_error("reward_clip", f"must be > 0, got {c.reward_clip}.", "use a positive bound or None.")
-    if c.reward_norm is not None and c.reward_norm not in advantages.REWARD_NORMS:
-        field_error(
-            "reward_norm",
-            f"{c.reward_norm!r} is not supported.",
-            f"use one of {advantages.REWARD_NORMS} or None.",
-        )
-    if c.reward_shift and c.reward_scale:
-        field_error("reward_shift", "and reward_scale together leave nothing to normalise.", "set only one.")
-    if c.token_level_kl_coef < 0:
-        field_error(
-            "token_level_kl_coef", f"must be >= 0, got {c.token_level_kl_coef}.", "use 0.0 or e.g. 0.001."
-        )
-
-
-def check_advantages(c) -> None:
-    if c.adv_norm is not None and c.adv_norm not in advantages.NORMS:
-        field_error(
-            "adv_norm", f"{c.adv_norm!r} is not supported.", f"use one of {advantages.NORMS} or None."
-        )
-    if c.adv_clip_range is not None and c.adv_clip_range <= 0:
-        field_error(
-            "adv_clip_range", f"must be > 0, got {c.adv_clip_range}.", "use a positive bound or None."
-        )
-
-
-def check_vllm_is(c) -> None:
-    check_sampler_matches_trainer(c)
-    if c.vllm_is_pooling is not None and c.vllm_is_pooling not in importance.POOLINGS:
-        field_error(
-            "vllm_is_pooling",
-            f"{c.vllm_is_pooling!r} is not supported.",
-            f"use one of {importance.POOLINGS}.",
-        )
-
-
-def check_reference_adapter(c) -> None:
-    validate_reference_settings(
-        c.ref_adapter_sync_on,
-        c.ref_adapter_sync_steps,
-        c.ref_adapter_mixup_alpha,
-        c.beta,
-        c.sync_ref_model,
-        c.ref_adapter_keep,
-    )
-
-
 # --- the features ---
 @dataclass(frozen=True)
 class Dependents:
@@ -332,15 +150,22 @@ class Feature:
 
 
 FEATURES = (
-    Feature("policy_loss", None, (check_loss_type, check_clip), page="variants.md"),
+    Feature(
+        "policy_loss", None, (feature_checks.check_loss_type, feature_checks.check_clip), page="variants.md"
+    ),
     Feature("gspo", {"loss_type": "gspo"}, page="variants.md"),
     Feature("cispo", {"loss_type": "cispo"}, page="variants.md"),
-    Feature("dual_clip", {"dual_clip_c": 3.0}, (check_dual_clip,), page="variants.md"),
-    Feature("loss_agg_mode", {"loss_agg_mode": "seq-mean-token-sum"}, (check_loss_agg,), page="variants.md"),
+    Feature("dual_clip", {"dual_clip_c": 3.0}, (feature_checks.check_dual_clip,), page="variants.md"),
+    Feature(
+        "loss_agg_mode",
+        {"loss_agg_mode": "seq-mean-token-sum"},
+        (feature_checks.check_loss_agg,),
+        page="variants.md",
+    ),
     Feature(
         "filtering",
         {"filter_zero_signal": True},
-        (check_filtering,),
+        (feature_checks.check_filtering,),
         (
             Dependents(
                 ("zero_signal_eps",),
@@ -364,7 +189,7 @@ FEATURES = (
     Feature(
         "dynamic_sampling",
         {"dynamic_sampling": True},
-        (check_dynamic_sampling,),
+        (feature_checks.check_dynamic_sampling,),
         (
             Dependents(
                 ("dynamic_sampling_target_groups", "dynamic_sampling_max_rounds", "dynamic_sampling_on_cap"),
@@ -377,7 +202,7 @@ FEATURES = (
     Feature(
         "selective_rollout",
         {"selective_rollout": True},
-        (check_selective_rollout,),
+        (feature_checks.check_selective_rollout,),
         (
             Dependents(
                 tuple(
@@ -401,7 +226,7 @@ FEATURES = (
     Feature(
         "ref_adapter_refresh",
         {"ref_adapter_sync_on": "steps", "ref_adapter_sync_steps": 1, "beta": 0.04},
-        (check_reference_adapter,),
+        (feature_checks.check_reference_adapter,),
         (
             Dependents(
                 ("ref_adapter_sync_steps",),
@@ -425,14 +250,14 @@ FEATURES = (
     Feature(
         "turn_advantages",
         {"turn_advantages": "turn"},
-        (check_turn_advantages,),
+        (feature_checks.check_turn_advantages,),
         page="multi-turn.md",
         multi_turn=True,
     ),
     Feature(
         "reward_clip",
         {"reward_clip": 0.5},
-        (check_rewards,),
+        (feature_checks.check_rewards,),
         (
             Dependents(
                 ("reward_shift", "reward_scale"),
@@ -444,14 +269,14 @@ FEATURES = (
     ),
     Feature("reward_norm", {"reward_norm": "batch"}, page="variants.md"),
     Feature("kl_in_reward", {"token_level_kl_coef": 0.01, "beta": 0.04}, page="variants.md"),
-    Feature("adv_norm", {"adv_norm": "no_baseline"}, (check_advantages,), page="variants.md"),
+    Feature("adv_norm", {"adv_norm": "no_baseline"}, (feature_checks.check_advantages,), page="variants.md"),
     Feature("whiten_advantages", {"whiten_advantages": True}, page="variants.md"),
     Feature("adv_clip", {"adv_clip_range": 1.0}, page="variants.md"),
     Feature("entropy_bonus", {"entropy_coef": 0.01}, page="variants.md"),
     Feature(
         "vllm_is",
         {"use_vllm": True, "vllm_importance_sampling_mode": "sequence_mask", "vllm_is_pooling": "mean"},
-        (check_vllm_is,),
+        (feature_checks.check_vllm_is,),
         (
             Dependents(
                 ("vllm_is_pooling", "vllm_is_preset"),

@@ -1,0 +1,193 @@
+"""Each feature's own value checks, on the resolved config (phase 2 of GRPOHubConfig; grpo_hub.training.features
+lists which feature runs which). A check reads the config and raises; it never changes anything. Checks that
+involve two features are conflicts, in `features.CONFLICTS`.
+"""
+
+from __future__ import annotations
+
+from grpo_hub.algos import advantages, importance, loss_types, losses, selection
+from grpo_hub.training.reference import validate_reference_settings
+from grpo_hub.training.validation import field_error
+from grpo_hub.training.vllm_checks import check_sampler_matches_trainer
+
+ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
+DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
+
+
+def check_loss_type(c) -> None:
+    if c.loss_type not in loss_types.NAMES:
+        field_error("loss_type", f"{c.loss_type!r} is not supported.", f"use one of {loss_types.NAMES}.")
+    if c.importance_sampling_level not in losses.LEVELS:
+        field_error(
+            "importance_sampling_level",
+            f"{c.importance_sampling_level!r} is not supported.",
+            f"use one of {losses.LEVELS}.",
+        )
+    if c.importance_sampling_level == "turn" and c.loss_type not in loss_types.OWN_PATH_NAMES:
+        field_error(
+            "importance_sampling_level",
+            f"'turn' is implemented for loss_type in {loss_types.OWN_PATH_NAMES}, not {c.loss_type!r}.",
+            "use loss_type='grpo', 'dapo' or 'cispo', or importance_sampling_level='token'/'sequence'.",
+        )
+
+
+def check_clip(c) -> None:
+    if c.epsilon < 0:
+        field_error("epsilon", f"must be >= 0, got {c.epsilon}.", "use a small positive value such as 0.2.")
+    if c.epsilon_high is not None and c.epsilon_high < 0:
+        field_error(
+            "epsilon_high", f"must be >= 0, got {c.epsilon_high}.", "use e.g. 0.28 (or 5.0 for cispo)."
+        )
+    if c.loss_type != "cispo" and c.epsilon >= 1:
+        field_error(
+            "epsilon",
+            f"the lower clip bound 1 - epsilon = {1 - c.epsilon} is not positive, so the clip range is inverted.",
+            "use epsilon < 1.",
+        )
+    if c.loss_type == "cispo" and c.epsilon_high <= 1:
+        field_error(
+            "epsilon_high",
+            f"with loss_type='cispo' it is the absolute ratio cap, and {c.epsilon_high} <= 1 down-weights every "
+            "on-policy token.",
+            "use epsilon_high > 1 (recommended 5.0) or leave it unset.",
+        )
+
+
+def check_dual_clip(c) -> None:
+    loss = loss_types.REGISTRY.get(c.loss_type)
+    if c.dual_clip_c is None or loss is None or loss.surrogate != "clip":  # other surrogates: CONFLICTS
+        return
+    upper = 1 + (c.epsilon_high if c.epsilon_high is not None else c.epsilon)
+    if c.dual_clip_c <= upper:
+        field_error(
+            "dual_clip_c",
+            f"must be > 1 + epsilon_high = {upper}, got {c.dual_clip_c}.",
+            "use e.g. dual_clip_c=3.0.",
+        )
+
+
+def check_loss_agg(c) -> None:
+    if c.loss_agg_mode is not None and c.loss_agg_mode not in losses.AGG_MODES:
+        field_error(
+            "loss_agg_mode", f"{c.loss_agg_mode!r} is not supported.", f"use one of {losses.AGG_MODES}."
+        )
+
+
+def check_filtering(c) -> None:
+    if c.zero_signal_eps < 0:
+        field_error(
+            "zero_signal_eps", f"must be >= 0, got {c.zero_signal_eps}.", "use 0.0 or a small spread."
+        )
+    if c.zero_signal_normalizer not in ZERO_SIGNAL_NORMALIZERS:
+        field_error(
+            "zero_signal_normalizer",
+            f"{c.zero_signal_normalizer!r} is not supported.",
+            f"use one of {ZERO_SIGNAL_NORMALIZERS}.",
+        )
+
+
+def check_dynamic_sampling(c) -> None:
+    if c.dynamic_sampling_on_cap not in DYNAMIC_SAMPLING_ON_CAP:
+        field_error(
+            "dynamic_sampling_on_cap",
+            f"{c.dynamic_sampling_on_cap!r} is not supported.",
+            f"use one of {DYNAMIC_SAMPLING_ON_CAP}.",
+        )
+    if c.dynamic_sampling_max_rounds < 0:
+        field_error(
+            "dynamic_sampling_max_rounds",
+            f"must be >= 0, got {c.dynamic_sampling_max_rounds}.",
+            "use e.g. 4.",
+        )
+    target = c.dynamic_sampling_target_groups
+    groups_per_batch = c.generation_batch_size // c.num_generations
+    reachable = (1 + c.dynamic_sampling_max_rounds) * groups_per_batch
+    if c.dynamic_sampling and target is not None and not 1 <= target <= reachable:
+        field_error(
+            "dynamic_sampling_target_groups",
+            f"must be in [1, {reachable}] ((1 + dynamic_sampling_max_rounds) x {groups_per_batch} groups per "
+            f"generation batch), got {target}.",
+            "lower the target or raise dynamic_sampling_max_rounds.",
+        )
+
+
+def check_selective_rollout(c) -> None:
+    ranges = {
+        "selective_rollout_target_zero_frac": (0.0, 1.0),
+        "selective_rollout_explore_init": (selection.EXPLORE_LOW, selection.EXPLORE_HIGH),
+        "selective_rollout_explore_step": (0.0, 1.0),
+    }
+    for name, (low, high) in ranges.items():
+        if not low <= getattr(c, name) <= high:
+            field_error(name, f"must be in [{low}, {high}], got {getattr(c, name)}.", "use its default.")
+    if not 0.0 < c.selective_rollout_min_keep_prob <= 1.0:
+        field_error(
+            "selective_rollout_min_keep_prob",
+            f"must be in (0, 1], got {c.selective_rollout_min_keep_prob}; 0 would never revisit a prompt.",
+            "use e.g. 0.01.",
+        )
+    low, high = c.selective_rollout_reward_min, c.selective_rollout_reward_max
+    if low is not None and high is not None and not low < high:
+        field_error(
+            "selective_rollout_reward_min",
+            f"must be < selective_rollout_reward_max, got {low} >= {high}.",
+            "give the reward function's lowest and highest value.",
+        )
+
+
+def check_turn_advantages(c) -> None:
+    if c.turn_advantages is not None and c.turn_advantages not in advantages.TURN_SCOPES:
+        field_error(
+            "turn_advantages",
+            f"{c.turn_advantages!r} is not supported.",
+            f"use one of {advantages.TURN_SCOPES} or None.",
+        )
+
+
+def check_rewards(c) -> None:
+    if c.reward_clip is not None and c.reward_clip <= 0:
+        field_error("reward_clip", f"must be > 0, got {c.reward_clip}.", "use a positive bound or None.")
+    if c.reward_norm is not None and c.reward_norm not in advantages.REWARD_NORMS:
+        field_error(
+            "reward_norm",
+            f"{c.reward_norm!r} is not supported.",
+            f"use one of {advantages.REWARD_NORMS} or None.",
+        )
+    if c.reward_shift and c.reward_scale:
+        field_error("reward_shift", "and reward_scale together leave nothing to normalise.", "set only one.")
+    if c.token_level_kl_coef < 0:
+        field_error(
+            "token_level_kl_coef", f"must be >= 0, got {c.token_level_kl_coef}.", "use 0.0 or e.g. 0.001."
+        )
+
+
+def check_advantages(c) -> None:
+    if c.adv_norm is not None and c.adv_norm not in advantages.NORMS:
+        field_error(
+            "adv_norm", f"{c.adv_norm!r} is not supported.", f"use one of {advantages.NORMS} or None."
+        )
+    if c.adv_clip_range is not None and c.adv_clip_range <= 0:
+        field_error(
+            "adv_clip_range", f"must be > 0, got {c.adv_clip_range}.", "use a positive bound or None."
+        )
+
+
+def check_vllm_is(c) -> None:
+    check_sampler_matches_trainer(c)
+    if c.vllm_is_pooling is not None and c.vllm_is_pooling not in importance.POOLINGS:
+        field_error(
+            "vllm_is_pooling",
+            f"{c.vllm_is_pooling!r} is not supported.",
+            f"use one of {importance.POOLINGS}.",
+        )
+
+
+def check_reference_adapter(c) -> None:
+    validate_reference_settings(
+        c.ref_adapter_sync_on,
+        c.ref_adapter_sync_steps,
+        c.ref_adapter_mixup_alpha,
+        c.beta,
+        c.sync_ref_model,
+        c.ref_adapter_keep,
+    )
