@@ -1,4 +1,5 @@
-"""Every grpo_hub feature, described once: its switch, the fields that need it, its own checks, its conflicts.
+"""Every grpo_hub feature, described once: its switch, the fields that need it, its checks (in feature_checks.py),
+its conflicts.
 
 GRPOHubConfig builds in two phases. `resolve` first turns presets and implied switches into plain settings (in
 the numbered order of its docstring). `validate` then checks the resolved config: it never changes it, so its
