@@ -2,7 +2,7 @@
 
 Called from the trainer's `_score_round` with narrow inputs (tensors, settings, callables, the metrics dict):
 advantage recomputation (adv_norm, whitening, clipping, KL in the reward), geometric-mean vLLM IS weights,
-the advantage logs and the zero-signal kinds. The formulas live in `grpo_hub.algos`.
+the advantage logs, the zero-signal kinds, and zero-signal row dropping (`drop_rows`). The formulas live in `grpo_hub.algos`.
 """
 
 from collections.abc import Callable
@@ -11,6 +11,7 @@ import torch
 
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos import importance, losses
+from grpo_hub.algos.filtering import agreed_row_count, keep_rows
 from grpo_hub.training.input_checks import check_advantages_finite
 
 
@@ -97,3 +98,38 @@ class ZeroSignalKinds:
         kinds = adv_fns.zero_signal_kinds(rewards, group_size, self.eps, *self.reward_range)
         for kind, name in adv_fns.KIND_NAMES.items():
             metrics[f"zero_signal/frac_groups_{name}"].append((kinds == kind).double().mean().item())
+
+
+def drop_rows(
+    output: dict,
+    keep: torch.Tensor,
+    *,
+    gather: Callable[[torch.Tensor], torch.Tensor],
+    steps_per_generation: int,
+    num_processes: int,
+    pad_to_multiple_of: int | None,
+    metrics: dict,
+) -> dict:
+    """Keep this rank's rows where `keep`, padded to the row count all ranks agree on (`algos.filtering`).
+
+    One all-gather of (kept rows, rows, kept loss tokens) per rank. Records the generation-batch counts the
+    normaliser reads (`algos.normalizer.micro_batch_normalizer`), deciding nothing: `num_items_in_batch` becomes
+    the loss tokens of the kept rows (all ranks); `all_items_in_batch` keeps TRL's count before dropping;
+    `kept_rows` / `all_rows` count rows over all ranks. All are 0-dim, so TRL's split/shuffle hand them
+    unchanged to every micro-batch.
+    """
+    loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
+    counts = torch.tensor([int(keep.sum()), keep.numel(), int(loss_mask[keep].sum())], device=keep.device)
+    counts = gather(counts).view(-1, 3)
+    num_rows = agreed_row_count(int(counts[:, 0].max()), steps_per_generation)
+    output = keep_rows(output, keep, num_rows, pad_to_multiple_of)
+    kept_rows, all_rows, kept_tokens = (int(c) for c in counts.sum(dim=0))
+    all_tokens = output["num_items_in_batch"]
+    output["num_items_in_batch"] = torch.tensor(kept_tokens, dtype=all_tokens.dtype, device=all_tokens.device)
+    output["all_items_in_batch"] = all_tokens
+    output["kept_rows"] = torch.tensor(float(kept_rows), device=keep.device)
+    output["all_rows"] = torch.tensor(float(all_rows), device=keep.device)
+    metrics["filter/frac_rows_dropped"].append(1.0 - kept_rows / all_rows)
+    metrics["filter/rows_trained"].append(float(kept_rows))
+    metrics["filter/rows_padded"].append(float(num_rows * num_processes - kept_rows))
+    return output

@@ -24,7 +24,6 @@ from trl.trainer.utils import use_adapter
 
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos import loss_types
-from grpo_hub.algos.filtering import agreed_row_count, keep_rows
 from grpo_hub.algos.normalizer import micro_batch_normalizer
 from grpo_hub.training import features, scored_batch
 from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream, load_stream_state
@@ -32,11 +31,7 @@ from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.config import GRPOHubConfig
 from grpo_hub.training.dynamic_sampling import DynamicSampler
 from grpo_hub.training.finite_guard import FiniteGradientsCallback
-from grpo_hub.training.input_checks import (
-    check_batch_prompts,
-    check_dataset_prompts,
-    check_rewards_finite,
-)
+from grpo_hub.training.input_checks import check_batch_prompts, check_rewards_finite, check_trainer_options
 from grpo_hub.training.model_card import write_card_files
 from grpo_hub.training.own_loss import OwnLossSettings, own_loss
 from grpo_hub.training.packing import MicroStepPacker
@@ -64,7 +59,17 @@ class GRPOHubTrainer(GRPOTrainer):
         prepare_vllm_generation(
             args, getattr(self, "vllm_generation", None), self.accelerator.is_main_process
         )
-        self._check_data_dependent_options(kwargs)
+        eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
+        check_trainer_options(
+            args,
+            multi_turn=any(
+                kwargs.get(k) is not None for k in ("tools", "environment_factory", "rollout_func")
+            ),
+            is_vlm=self._is_vlm,
+            has_reference=self.beta != 0.0 or is_peft_model(self.model),
+            datasets={"train_dataset": self.train_dataset}
+            | {f"eval_dataset[{k!r}]" if k else "eval_dataset": v for k, v in eval_sets.items()},
+        )
         self.add_callback(FiniteGradientsCallback())  # weights never become NaN/inf
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
         self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
@@ -100,38 +105,26 @@ class GRPOHubTrainer(GRPOTrainer):
             )
 
     def _make_dynamic_sampler(self) -> DynamicSampler:
-        args = self.args
-        return DynamicSampler(
+        return DynamicSampler.from_config(
+            self.args,
+            group_size=self.num_generations,
             score_round=self._score_round,
             drop_rows=self._drop_rows,
             gather=self._gather,
             rank=self.accelerator.process_index,
             pad_token_id=self._tokenizer.pad_token_id,
-            group_size=self.num_generations,
-            target=args.dynamic_sampling_target_groups or args.generation_batch_size // self.num_generations,
-            max_rounds=args.dynamic_sampling_max_rounds,
-            on_cap=args.dynamic_sampling_on_cap,
             stream=self._batch_stream,
             metrics=self._metrics["train"],
         )
 
     def _make_selector(self) -> SelectiveRollout:
-        args = self.args
-        selector = SelectiveRollout(
+        selector = SelectiveRollout.from_config(
+            self.args,
             stream=self._batch_stream,
             gather_objects=gather_object,
             gather=self._gather,
             rank=self.accelerator.process_index,
             group_size=self.num_generations,
-            id_column=args.selective_rollout_id_column,
-            explore_init=args.selective_rollout_explore_init,
-            target=args.selective_rollout_target_zero_frac,
-            step=args.selective_rollout_explore_step,
-            min_keep=args.selective_rollout_min_keep_prob,
-            eps=args.zero_signal_eps,
-            reward_min=args.selective_rollout_reward_min,
-            reward_max=args.selective_rollout_reward_max,
-            seed=args.seed,
             metrics=self._metrics["train"],
         )
         self._selector_callback = SelectiveRolloutCallback(selector)
@@ -161,31 +154,6 @@ class GRPOHubTrainer(GRPOTrainer):
             base = getattr(self.model.config, "_name_or_path", None)
             record = run_record(self.args, self.state.log_history, self.state.global_step, base)
             write_card_files(output_dir or self.args.output_dir, record)
-
-    def _check_data_dependent_options(self, kwargs) -> None:
-        args = self.args
-        multi_turn = any(kwargs.get(k) is not None for k in ("tools", "environment_factory", "rollout_func"))
-        if args.importance_sampling_level == "turn" and not multi_turn:
-            raise ValueError(
-                "`importance_sampling_level`: 'turn' needs multi-turn rollouts. Fix: pass `tools`, "
-                "`environment_factory` or `rollout_func` to the trainer, or use 'token'/'sequence'."
-            )
-        if self._is_vlm and (args.filter_zero_signal or args.uses_own_loss):
-            raise ValueError(
-                "`filter_zero_signal`: dropping rows, loss_agg_mode and turn-level ratios are not supported for "
-                "vision-language models. Fix: set filter_zero_signal=False and loss_agg_mode=None."
-            )
-        eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
-        check_dataset_prompts(
-            {"train_dataset": self.train_dataset}
-            | {f"eval_dataset[{k!r}]" if k else "eval_dataset": v for k, v in eval_sets.items()}
-        )
-        has_reference = self.beta != 0.0 or is_peft_model(self.model)
-        if args.token_level_kl_coef > 0 and not has_reference:
-            raise ValueError(
-                "`token_level_kl_coef`: needs reference log-probs, which TRL only has with beta != 0 or a PEFT "
-                "model. Fix: set beta > 0 or train a LoRA adapter (peft_config=...)."
-            )
 
     # --- seam 1: rewards ---
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -349,29 +317,16 @@ class GRPOHubTrainer(GRPOTrainer):
         return weights
 
     def _drop_rows(self, output: dict, keep: torch.Tensor) -> dict:
-        """Keep this rank's signal rows, padded to the row count all ranks agree on (see `algos.filtering`).
-
-        Records the generation-batch counts the normaliser reads (`algos.normalizer`): `num_items_in_batch`
-        becomes the loss tokens of the kept rows; `all_items_in_batch`, `kept_rows`, `all_rows` (all ranks) are
-        0-dim, so TRL's split/shuffle hand them unchanged to every micro-batch."""
-        loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
-        counts = [int(keep.sum()), keep.numel(), int(loss_mask[keep].sum())]
-        counts = self.accelerator.gather(torch.tensor(counts, device=keep.device)).view(-1, 3)
-        num_rows = agreed_row_count(int(counts[:, 0].max()), self.args.steps_per_generation)
-        output = keep_rows(output, keep, num_rows, self.pad_to_multiple_of)
-        kept_rows, all_rows, kept_tokens = (int(c) for c in counts.sum(dim=0))
-        all_tokens = output["num_items_in_batch"]
-        output["num_items_in_batch"] = torch.tensor(
-            kept_tokens, dtype=all_tokens.dtype, device=all_tokens.device
+        """Keep this rank's signal rows, padded to the row count all ranks agree on (`scored_batch.drop_rows`)."""
+        return scored_batch.drop_rows(
+            output,
+            keep,
+            gather=self.accelerator.gather,
+            steps_per_generation=self.args.steps_per_generation,
+            num_processes=self.accelerator.num_processes,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            metrics=self._metrics["train"],
         )
-        output["all_items_in_batch"] = all_tokens
-        output["kept_rows"] = torch.tensor(float(kept_rows), device=keep.device)
-        output["all_rows"] = torch.tensor(float(all_rows), device=keep.device)
-        metrics = self._metrics["train"]
-        metrics["filter/frac_rows_dropped"].append(1.0 - kept_rows / all_rows)
-        metrics["filter/rows_trained"].append(float(kept_rows))
-        metrics["filter/rows_padded"].append(float(num_rows * self.accelerator.num_processes - kept_rows))
-        return output
 
     # --- packing (training.packing): run fewer, fuller micro-steps when rows were dropped ---
     def training_step(self, model, inputs, num_items_in_batch):
