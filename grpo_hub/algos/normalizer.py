@@ -12,6 +12,18 @@ import torch
 from grpo_hub.algos.loss_types import BATCH_TOKENS, MICRO_TOKENS, ROWS
 
 MIN_ROWS_PER_STEP = 1e-8  # an all-filtered batch trains zero-loss pad rows: keep the division finite
+# micro_batch_normalizer argument <- key of the scored batch (0-dim values; the last three only under filtering)
+BATCH_COUNT_KEYS = {
+    "batch_tokens": "num_items_in_batch",
+    "kept_rows": "kept_rows",
+    "all_rows": "all_rows",
+    "all_tokens": "all_items_in_batch",
+}
+
+
+def batch_counts(batch: dict) -> dict:
+    """The generation-batch counts of a (micro-)batch as `micro_batch_normalizer` keyword arguments (None if absent)."""
+    return {arg: batch.get(key) for arg, key in BATCH_COUNT_KEYS.items()}
 
 
 def micro_batch_normalizer(

@@ -22,27 +22,20 @@ def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> t
 
 
 def recompute_advantages(
-    rewards: torch.Tensor,
-    group_size: int,
-    *,
-    adv_norm: str | None,
-    scale_rewards: str,
-    whiten: bool,
-    clip_range: float | None,
-    sequence_kl: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
+    rewards: torch.Tensor, group_size: int, args, scale_rewards: str, sequence_kl: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Advantages of all ranks' rows from the (transformed) rewards, minus kl_coef · sequence KL when given
-    (verl's use_kl_in_reward); `adv_norm` None follows TRL's `scale_rewards` ('none': mean only)."""
+    """Advantages of all ranks' rows from the (transformed) rewards, with the `adv_norm`, `whiten_advantages`,
+    `adv_clip_range` fields of `args`; minus `token_level_kl_coef` · `sequence_kl` when given (verl's
+    use_kl_in_reward). `adv_norm` None follows TRL's `scale_rewards` ('none': mean only)."""
     if sequence_kl is not None:
-        rewards = rewards - kl_coef * sequence_kl
-    norm = adv_norm or ("mean_only" if scale_rewards == "none" else "mean_std")
+        rewards = rewards - args.token_level_kl_coef * sequence_kl
+    norm = args.adv_norm or ("mean_only" if scale_rewards == "none" else "mean_std")
     scope = "batch" if scale_rewards == "batch" else "group"
     advantages = adv_fns.group_advantages(rewards, group_size, norm=norm, std_scope=scope)
-    if whiten:
+    if args.whiten_advantages:
         advantages = adv_fns.whiten(advantages, ~torch.isnan(rewards))
-    if clip_range is not None:
-        advantages = adv_fns.clip_advantages(advantages, clip_range)
+    if args.adv_clip_range is not None:
+        advantages = adv_fns.clip_advantages(advantages, args.adv_clip_range)
     return advantages
 
 

@@ -16,6 +16,7 @@ narrow inputs (callables, a metrics dict) from here. Nothing here copies TRL cod
 """
 
 import copy
+import functools
 
 import torch
 from accelerate.utils import gather_object, is_peft_model
@@ -24,7 +25,7 @@ from trl.trainer.utils import use_adapter
 
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos import loss_types
-from grpo_hub.algos.normalizer import micro_batch_normalizer
+from grpo_hub.algos.normalizer import batch_counts, micro_batch_normalizer
 from grpo_hub.training import features, scored_batch
 from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream, load_stream_state
 from grpo_hub.training.compat import check_trl_seams
@@ -263,22 +264,13 @@ class GRPOHubTrainer(GRPOTrainer):
 
     def _recompute_advantages(self, rewards, output, group_size, rank_rows) -> torch.Tensor:
         """Advantages over all ranks' rows from the (transformed) rewards; returns this rank's slice."""
-        args = self.args
         kl = None
-        if args.token_level_kl_coef > 0:
-            kl = self.accelerator.gather(
-                scored_batch.sequence_kl(output, lambda ref: self._score_logps(output, ref))
+        if self.args.token_level_kl_coef > 0:
+            kl = scored_batch.sequence_kl(
+                output, lambda use_reference: self._score_logps(output, use_reference)
             )
-        advantages = scored_batch.recompute_advantages(
-            rewards,
-            group_size,
-            adv_norm=args.adv_norm,
-            scale_rewards=self.scale_rewards,
-            whiten=args.whiten_advantages,
-            clip_range=args.adv_clip_range,
-            sequence_kl=kl,
-            kl_coef=args.token_level_kl_coef,
-        )
+            kl = self.accelerator.gather(kl)
+        advantages = scored_batch.recompute_advantages(rewards, group_size, self.args, self.scale_rewards, kl)
         return advantages[rank_rows]
 
     def _score_logps(self, output, use_reference: bool) -> torch.Tensor:
@@ -287,21 +279,14 @@ class GRPOHubTrainer(GRPOTrainer):
         attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
         logits_to_keep = output["completion_ids"].size(1)
 
-        def forward():
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model,
-                input_ids,
-                attention_mask,
-                logits_to_keep,
-                batch_size=self.args.per_device_train_batch_size,
-            )
-            return logps
-
+        forward = functools.partial(
+            self._get_per_token_logps_and_entropies, self.model, input_ids, attention_mask, logits_to_keep
+        )
         if not use_reference:
-            return forward()
+            return forward(batch_size=self.args.per_device_train_batch_size)[0]
         model = self.accelerator.unwrap_model(self.model)
         with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-            return forward()
+            return forward(batch_size=self.args.per_device_train_batch_size)[0]
 
     def _geometric_is_ratio(self, output) -> torch.Tensor:
         """Sequence IS weight from the geometric mean of token ratios (TRL uses their product); logged."""
@@ -335,15 +320,11 @@ class GRPOHubTrainer(GRPOTrainer):
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()  # TRL's _prepare_inputs reads the mode; transformers sets it inside training_step
         trl_step = super().training_step
-
-        def skip_step():
-            self._step += 1
-
         return self._packer.training_step(
             inputs,
             prepare=self._prepare_inputs,
             run_step=lambda micro_batch: trl_step(model, micro_batch, num_items_in_batch),
-            skip_step=skip_step,
+            skip_step=lambda: setattr(self, "_step", self._step + 1),  # TRL's buffer index, as its step does
             sync_gradients=lambda: self.accelerator.sync_gradients,
             device=self.args.device,
         )
@@ -366,7 +347,7 @@ class GRPOHubTrainer(GRPOTrainer):
                 lambda ids, attention, keep: self._get_per_token_logps_and_entropies(
                     model, ids, attention, keep, compute_entropy=True
                 )[:2],
-                self._own_loss_settings(),
+                OwnLossSettings.of(self, self.args),
                 lambda kind, count: self._normalizer(inputs, kind, count),
                 self._metrics["train" if self.model.training else "eval"],
                 lambda x: self.accelerator.reduce(x, reduction="sum"),
@@ -376,41 +357,22 @@ class GRPOHubTrainer(GRPOTrainer):
             return loss
         kind = features.normalizer(self.args)
         micro = inputs["prompt_ids"].shape[0] if kind == loss_types.ROWS else inputs["completion_mask"].sum()
-        trl_normalizer = self._normalizer(inputs, kind, micro, filtering=None)
+        trl_normalizer = self._normalizer(inputs, kind, micro, filtered=False)
         return loss * (trl_normalizer / self._normalizer(inputs, kind, micro))  # TRL's normaliser -> ours
 
-    def _normalizer(self, inputs, kind, micro_count, filtering="from_args") -> torch.Tensor:
-        """`algos.normalizer.micro_batch_normalizer` for this micro-batch: `micro_count` is the rows (ROWS) or
-        loss tokens its mean ran over; the filtering counts come from `_drop_rows` (training only)."""
+    def _normalizer(self, inputs, kind, micro_count, filtered=True) -> torch.Tensor:
+        """`algos.normalizer.micro_batch_normalizer` of this micro-batch: `micro_count` is the rows (ROWS) or loss
+        tokens its mean ran over; the filtering counts are those `_drop_rows` recorded (training only)."""
         train = self.model.training
-        if filtering == "from_args":
-            filtering = self.args.zero_signal_normalizer if "kept_rows" in inputs else None
+        accumulation = self.current_gradient_accumulation_steps if train else 1  # set by the train loop only
         return micro_batch_normalizer(
             kind,
             train=train,
-            accumulation_steps=self.current_gradient_accumulation_steps
-            if train
-            else 1,  # set by the train loop
+            accumulation_steps=accumulation,
             num_processes=self.accelerator.num_processes,
             steps_per_generation=self.args.steps_per_generation,
             micro_rows=micro_count,
             micro_tokens=micro_count,
-            batch_tokens=inputs.get("num_items_in_batch"),
-            filtering=filtering,
-            kept_rows=inputs.get("kept_rows"),
-            all_rows=inputs.get("all_rows"),
-            all_tokens=inputs.get("all_items_in_batch"),
-        )
-
-    def _own_loss_settings(self) -> OwnLossSettings:
-        return OwnLossSettings(
-            loss_type=self.loss_type,
-            loss_agg_mode=self.args.loss_agg_mode,
-            importance_sampling_level=self.importance_sampling_level,
-            epsilon_low=self.epsilon_low,
-            epsilon_high=self.epsilon_high,
-            dual_clip_c=self.args.dual_clip_c,
-            beta=self.beta,
-            use_bias_correction_kl=self.args.use_bias_correction_kl,
-            max_completion_length=self.max_completion_length,
+            filtering=self.args.zero_signal_normalizer if filtered and "kept_rows" in inputs else None,
+            **batch_counts(inputs),
         )
