@@ -1,18 +1,20 @@
-"""GRPOHubTrainer: `trl.GRPOTrainer` with grpo_hub's features wired through TRL's seams.
+"""GRPOHubTrainer: `trl.GRPOTrainer` with grpo_hub's features wired through TRL's seams; only the seams live here.
 
-- `_calculate_rewards`: reward clip / normalisation per reward function (rewards are already gathered).
-- `_generate_and_score_completions`: call TRL, then edit its output dict: recompute advantages (adv_norm,
-  whitening, clipping, KL in the reward), geometric-mean vLLM IS weights, zero-signal row dropping, and the
-  share of zero-signal groups at the top / bottom of the reward range (`zero_signal/frac_groups_all_*`). Before
-  calling TRL, selective rollout (GRESO) may replace prompts predicted zero-signal; after the rewards, it
-  records their outcome.
-- `_compute_loss`: TRL's loss unless loss_agg_mode or turn-level ratios need the own path.
-- `_prepare_inputs` (TRL's buffered generation batch) and `training_step`: under filtering, the kept rows are
-  packed into fewer micro-steps and the empty ones run no forward/backward (`algos.filtering.packing_plan`).
-- `get_batch_samples` and `_init_training_state` (transformers): with dynamic sampling or selective rollout, the
-  batch stream counts every pull, and a resume starts where the stream was saved (`training.batch_stream`).
-Every formula lives in `grpo_hub.algos` (advantages, losses, importance, filtering); the helpers of this wing get
-narrow inputs (callables, a metrics dict) from here. Nothing here copies TRL code.
+Order of calls in TRL 1.16 / transformers for one generation batch (full account: docs/architecture.md):
+1. transformers' `_run_epoch` pulls one optimizer step of batches (`get_batch_samples`: the batch stream counts
+   pulls) and, per micro-step, sets `sync_gradients` and calls `training_step` (packing: `training.packing`).
+2. `training_step` -> `_prepare_inputs`: every steps_per_generation x num_iterations micro-steps (`_step`) TRL calls
+   `_generate_and_score_completions` (dynamic sampling: several rounds, `_score_round` each) ->
+   `_generate` -> old / reference log-probs, vLLM IS ratio -> `_calculate_rewards` (reward clip / norm, gathered
+   over ranks) -> TRL's advantages and metrics -> our edits (`training.scored_batch`: advantages, geometric IS,
+   logs; zero-signal rows dropped, counts recorded) -> TRL shuffles, splits into steps_per_generation micro-batches
+   and buffers them; each micro-step takes buffer[_step % steps_per_generation] (packing: re-packed or skipped).
+3. transformers' `training_step` -> `compute_loss` -> `_compute_loss` (TRL's loss rescaled to the normaliser of
+   `algos.normalizer`, or `training.own_loss`) -> backward; TRL then advances `_step`. The optimizer steps after
+   the micro-step with `sync_gradients`.
+`get_batch_samples` / `_init_training_state` (transformers): a resume starts where the batch stream was saved.
+Every formula lives in `grpo_hub.algos`; the helpers of this wing get narrow inputs (callables, a metrics dict)
+from here. Nothing here copies TRL code.
 """
 
 import copy
