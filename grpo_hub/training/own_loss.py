@@ -27,22 +27,6 @@ class OwnLossSettings:
     use_bias_correction_kl: bool
     max_completion_length: int
 
-    @classmethod
-    def of(cls, trl_values, args) -> "OwnLossSettings":
-        """From TRL's resolved attributes (`trl_values`: the trainer's loss_type, epsilons, level, beta,
-        max_completion_length) and grpo_hub's fields of `args`."""
-        return cls(
-            loss_type=trl_values.loss_type,
-            loss_agg_mode=args.loss_agg_mode,
-            importance_sampling_level=trl_values.importance_sampling_level,
-            epsilon_low=trl_values.epsilon_low,
-            epsilon_high=trl_values.epsilon_high,
-            dual_clip_c=args.dual_clip_c,
-            beta=trl_values.beta,
-            use_bias_correction_kl=args.use_bias_correction_kl,
-            max_completion_length=trl_values.max_completion_length,
-        )
-
     @property
     def surrogate(self) -> str:
         return loss_types.REGISTRY[self.loss_type].surrogate

@@ -97,6 +97,10 @@ class GRPOHubTrainer(GRPOTrainer):
                 self.pad_to_multiple_of,
                 self._metrics["train"],
             )
+        self._loss_settings = OwnLossSettings(  # the own loss path's settings: TRL's values resolved in its __init__
+            self.loss_type, args.loss_agg_mode, self.importance_sampling_level, self.epsilon_low, self.epsilon_high,
+            args.dual_clip_c, self.beta, args.use_bias_correction_kl, self.max_completion_length,
+        )  # fmt: skip
         self._turn_credit = None
         if args.turn_advantages:
             self._turn_credit = TurnCredit(
@@ -349,7 +353,7 @@ class GRPOHubTrainer(GRPOTrainer):
                 lambda ids, attention, keep: self._get_per_token_logps_and_entropies(
                     model, ids, attention, keep, compute_entropy=True
                 )[:2],
-                OwnLossSettings.of(self, self.args),
+                self._loss_settings,
                 lambda kind, count: self._normalizer(inputs, kind, count),
                 self._metrics["train" if self.model.training else "eval"],
                 lambda x: self.accelerator.reduce(x, reduction="sum"),
