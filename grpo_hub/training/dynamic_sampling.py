@@ -116,6 +116,17 @@ class DynamicSampler:
         self.target, self.max_rounds, self.on_cap = target, max_rounds, on_cap
         self.stream = stream
 
+    @classmethod
+    def from_config(cls, args, *, group_size: int, **wiring) -> DynamicSampler:
+        """A sampler with the `dynamic_sampling_*` fields of `args` (a GRPOHubConfig) and the trainer's `wiring`."""
+        return cls(
+            group_size=group_size,
+            target=args.dynamic_sampling_target_groups or args.generation_batch_size // group_size,
+            max_rounds=args.dynamic_sampling_max_rounds,
+            on_cap=args.dynamic_sampling_on_cap,
+            **wiring,
+        )
+
     def _next_inputs(self):
         """The next generation batch on this rank, or None on every rank if any rank has none."""
         inputs = self.stream.next_batch()

@@ -89,3 +89,26 @@ def check_advantages_finite(advantages: torch.Tensor) -> None:
             f"`reward_funcs`: {bad} of {advantages.numel()} advantages of the generation batch are not finite (the "
             "rewards overflow float32 arithmetic). Fix: scale the rewards down, or set reward_clip / reward_norm."
         )
+
+
+def check_trainer_options(
+    args, *, multi_turn: bool, is_vlm: bool, has_reference: bool, datasets: dict
+) -> None:
+    """Options that depend on what the trainer was given (rollouts, model kind, reference), and the prompts of
+    `datasets` ({name: dataset}); raises ValueError naming the field and the fix."""
+    if args.importance_sampling_level == "turn" and not multi_turn:
+        raise ValueError(
+            "`importance_sampling_level`: 'turn' needs multi-turn rollouts. Fix: pass `tools`, "
+            "`environment_factory` or `rollout_func` to the trainer, or use 'token'/'sequence'."
+        )
+    if is_vlm and (args.filter_zero_signal or args.uses_own_loss):
+        raise ValueError(
+            "`filter_zero_signal`: dropping rows, loss_agg_mode and turn-level ratios are not supported for "
+            "vision-language models. Fix: set filter_zero_signal=False and loss_agg_mode=None."
+        )
+    check_dataset_prompts(datasets)
+    if args.token_level_kl_coef > 0 and not has_reference:
+        raise ValueError(
+            "`token_level_kl_coef`: needs reference log-probs, which TRL only has with beta != 0 or a PEFT "
+            "model. Fix: set beta > 0 or train a LoRA adapter (peft_config=...)."
+        )

@@ -85,6 +85,22 @@ class SelectiveRollout:
         self._leftover: list[list] = []  # groups read but not needed by the last selection (all ranks' rows)
         self.decisions = deque(maxlen=DECISIONS_KEPT)  # recent (prompt id, skipped), for inspection
 
+    @classmethod
+    def from_config(cls, args, **wiring) -> SelectiveRollout:
+        """A selector with the `selective_rollout_*` fields of `args` (a GRPOHubConfig) and the trainer's `wiring`."""
+        return cls(
+            id_column=args.selective_rollout_id_column,
+            explore_init=args.selective_rollout_explore_init,
+            target=args.selective_rollout_target_zero_frac,
+            step=args.selective_rollout_explore_step,
+            min_keep=args.selective_rollout_min_keep_prob,
+            eps=args.zero_signal_eps,
+            reward_min=args.selective_rollout_reward_min,
+            reward_max=args.selective_rollout_reward_max,
+            seed=args.seed,
+            **wiring,
+        )
+
     def _next_inputs(self):
         """The next generation batch on this rank, or None on every rank if any rank has none."""
         inputs = self.stream.next_batch()

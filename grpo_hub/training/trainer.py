@@ -1,21 +1,24 @@
-"""GRPOHubTrainer: `trl.GRPOTrainer` with grpo_hub's features wired through TRL's seams.
+"""GRPOHubTrainer: `trl.GRPOTrainer` with grpo_hub's features wired through TRL's seams; only the seams live here.
 
-- `_calculate_rewards`: reward clip / normalisation per reward function (rewards are already gathered).
-- `_generate_and_score_completions`: call TRL, then edit its output dict: recompute advantages (adv_norm,
-  whitening, clipping, KL in the reward), geometric-mean vLLM IS weights, zero-signal row dropping, and the
-  share of zero-signal groups at the top / bottom of the reward range (`zero_signal/frac_groups_all_*`). Before
-  calling TRL, selective rollout (GRESO) may replace prompts predicted zero-signal; after the rewards, it
-  records their outcome.
-- `_compute_loss`: TRL's loss unless loss_agg_mode or turn-level ratios need the own path.
-- `_prepare_inputs` (TRL's buffered generation batch) and `training_step`: under filtering, the kept rows are
-  packed into fewer micro-steps and the empty ones run no forward/backward (`algos.filtering.packing_plan`).
-- `get_batch_samples` and `_init_training_state` (transformers): with dynamic sampling or selective rollout, the
-  batch stream counts every pull, and a resume starts where the stream was saved (`training.batch_stream`).
-Every formula lives in `grpo_hub.algos` (advantages, losses, importance, filtering); the helpers of this wing get
-narrow inputs (callables, a metrics dict) from here. Nothing here copies TRL code.
+Order of calls in TRL 1.16 / transformers for one generation batch (full account: docs/architecture.md):
+1. transformers' `_run_epoch` pulls one optimizer step of batches (`get_batch_samples`: the batch stream counts
+   pulls) and, per micro-step, sets `sync_gradients` and calls `training_step` (packing: `training.packing`).
+2. `training_step` -> `_prepare_inputs`: every steps_per_generation x num_iterations micro-steps (`_step`) TRL calls
+   `_generate_and_score_completions` (dynamic sampling: several rounds, `_score_round` each) ->
+   `_generate` -> old / reference log-probs, vLLM IS ratio -> `_calculate_rewards` (reward clip / norm, gathered
+   over ranks) -> TRL's advantages and metrics -> our edits (`training.scored_batch`: advantages, geometric IS,
+   logs; zero-signal rows dropped, counts recorded) -> TRL shuffles, splits into steps_per_generation micro-batches
+   and buffers them; each micro-step takes buffer[_step % steps_per_generation] (packing: re-packed or skipped).
+3. transformers' `training_step` -> `compute_loss` -> `_compute_loss` (TRL's loss rescaled to the normaliser of
+   `algos.normalizer`, or `training.own_loss`) -> backward; TRL then advances `_step`. The optimizer steps after
+   the micro-step with `sync_gradients`.
+`get_batch_samples` / `_init_training_state` (transformers): a resume starts where the batch stream was saved.
+Every formula lives in `grpo_hub.algos`; the helpers of this wing get narrow inputs (callables, a metrics dict)
+from here. Nothing here copies TRL code.
 """
 
 import copy
+import functools
 
 import torch
 from accelerate.utils import gather_object, is_peft_model
@@ -23,31 +26,22 @@ from trl import GRPOTrainer
 from trl.trainer.utils import use_adapter
 
 from grpo_hub.algos import advantages as adv_fns
-from grpo_hub.algos import importance, loss_types, losses
-from grpo_hub.algos.filtering import (
-    agreed_row_count,
-    concat_micro_batches,
-    keep_rows,
-    packed_rows,
-    packing_plan,
-)
-from grpo_hub.training import features
+from grpo_hub.algos import loss_types
+from grpo_hub.algos.normalizer import batch_counts, micro_batch_normalizer
+from grpo_hub.training import features, scored_batch
 from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream, load_stream_state
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.config import GRPOHubConfig
 from grpo_hub.training.dynamic_sampling import DynamicSampler
 from grpo_hub.training.finite_guard import FiniteGradientsCallback
-from grpo_hub.training.input_checks import (
-    check_advantages_finite,
-    check_batch_prompts,
-    check_dataset_prompts,
-    check_rewards_finite,
-)
+from grpo_hub.training.input_checks import check_batch_prompts, check_rewards_finite, check_trainer_options
 from grpo_hub.training.model_card import write_card_files
+from grpo_hub.training.own_loss import OwnLossSettings, own_loss
+from grpo_hub.training.packing import MicroStepPacker
 from grpo_hub.training.reference import attach_reference_adapter, strip_reference_adapter
 from grpo_hub.training.run_record import run_record
 from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback
-from grpo_hub.training.turns import TurnCredit, turn_ids_from_tool_mask
+from grpo_hub.training.turns import TurnCredit
 from grpo_hub.training.vllm_runtime import is_settings, log_is_diagnostics, prepare_vllm_generation
 
 check_trl_seams(GRPOTrainer)
@@ -68,12 +62,24 @@ class GRPOHubTrainer(GRPOTrainer):
         prepare_vllm_generation(
             args, getattr(self, "vllm_generation", None), self.accelerator.is_main_process
         )
-        self._check_data_dependent_options(kwargs)
+        eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
+        check_trainer_options(
+            args,
+            multi_turn=any(
+                kwargs.get(k) is not None for k in ("tools", "environment_factory", "rollout_func")
+            ),
+            is_vlm=self._is_vlm,
+            has_reference=self.beta != 0.0 or is_peft_model(self.model),
+            datasets={"train_dataset": self.train_dataset}
+            | {f"eval_dataset[{k!r}]" if k else "eval_dataset": v for k, v in eval_sets.items()},
+        )
         self.add_callback(FiniteGradientsCallback())  # weights never become NaN/inf
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
         self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
-        self._reward_range = (float("inf"), float("-inf"))  # lowest / highest reward seen (zero-signal kinds)
+        self._zero_signal_kinds = scored_batch.ZeroSignalKinds(
+            args.zero_signal_eps
+        )  # top / bottom of rewards seen
         self._batch_stream = None  # the epoch read in generation batches, for refills and replacements
         self._resumed_from = None  # checkpoint whose stream position is being restored
         if args.dynamic_sampling or args.selective_rollout:
@@ -81,9 +87,20 @@ class GRPOHubTrainer(GRPOTrainer):
             self.add_callback(BatchStreamCallback(self._batch_stream))
         self._dynamic_sampler = self._make_dynamic_sampler() if args.dynamic_sampling else None
         self._selector = self._make_selector() if args.selective_rollout else None
-        self._packing_plan = None  # per position of the generation cycle: rows to train, or None (skipped)
-        self._window_position = 0  # micro-steps of the current optimizer step already run
-        self._ready_micro_batch = None  # packed micro-batch handed to transformers' training_step
+        self._packer = None  # packing state (training.packing), under filtering with zero_signal_pack
+        if args.packs_rows:
+            self._packer = MicroStepPacker(
+                self._gather,
+                self.num_iterations,
+                args.gradient_accumulation_steps,
+                args.per_device_train_batch_size,
+                self.pad_to_multiple_of,
+                self._metrics["train"],
+            )
+        self._loss_settings = OwnLossSettings(  # the own loss path's settings: TRL's values resolved in its __init__
+            self.loss_type, args.loss_agg_mode, self.importance_sampling_level, self.epsilon_low, self.epsilon_high,
+            args.dual_clip_c, self.beta, args.use_bias_correction_kl, self.max_completion_length,
+        )  # fmt: skip
         self._turn_credit = None
         if args.turn_advantages:
             self._turn_credit = TurnCredit(
@@ -95,38 +112,26 @@ class GRPOHubTrainer(GRPOTrainer):
             )
 
     def _make_dynamic_sampler(self) -> DynamicSampler:
-        args = self.args
-        return DynamicSampler(
+        return DynamicSampler.from_config(
+            self.args,
+            group_size=self.num_generations,
             score_round=self._score_round,
             drop_rows=self._drop_rows,
             gather=self._gather,
             rank=self.accelerator.process_index,
             pad_token_id=self._tokenizer.pad_token_id,
-            group_size=self.num_generations,
-            target=args.dynamic_sampling_target_groups or args.generation_batch_size // self.num_generations,
-            max_rounds=args.dynamic_sampling_max_rounds,
-            on_cap=args.dynamic_sampling_on_cap,
             stream=self._batch_stream,
             metrics=self._metrics["train"],
         )
 
     def _make_selector(self) -> SelectiveRollout:
-        args = self.args
-        selector = SelectiveRollout(
+        selector = SelectiveRollout.from_config(
+            self.args,
             stream=self._batch_stream,
             gather_objects=gather_object,
             gather=self._gather,
             rank=self.accelerator.process_index,
             group_size=self.num_generations,
-            id_column=args.selective_rollout_id_column,
-            explore_init=args.selective_rollout_explore_init,
-            target=args.selective_rollout_target_zero_frac,
-            step=args.selective_rollout_explore_step,
-            min_keep=args.selective_rollout_min_keep_prob,
-            eps=args.zero_signal_eps,
-            reward_min=args.selective_rollout_reward_min,
-            reward_max=args.selective_rollout_reward_max,
-            seed=args.seed,
             metrics=self._metrics["train"],
         )
         self._selector_callback = SelectiveRolloutCallback(selector)
@@ -156,31 +161,6 @@ class GRPOHubTrainer(GRPOTrainer):
             base = getattr(self.model.config, "_name_or_path", None)
             record = run_record(self.args, self.state.log_history, self.state.global_step, base)
             write_card_files(output_dir or self.args.output_dir, record)
-
-    def _check_data_dependent_options(self, kwargs) -> None:
-        args = self.args
-        multi_turn = any(kwargs.get(k) is not None for k in ("tools", "environment_factory", "rollout_func"))
-        if args.importance_sampling_level == "turn" and not multi_turn:
-            raise ValueError(
-                "`importance_sampling_level`: 'turn' needs multi-turn rollouts. Fix: pass `tools`, "
-                "`environment_factory` or `rollout_func` to the trainer, or use 'token'/'sequence'."
-            )
-        if self._is_vlm and (args.filter_zero_signal or args.uses_own_loss):
-            raise ValueError(
-                "`filter_zero_signal`: dropping rows, loss_agg_mode and turn-level ratios are not supported for "
-                "vision-language models. Fix: set filter_zero_signal=False and loss_agg_mode=None."
-            )
-        eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
-        check_dataset_prompts(
-            {"train_dataset": self.train_dataset}
-            | {f"eval_dataset[{k!r}]" if k else "eval_dataset": v for k, v in eval_sets.items()}
-        )
-        has_reference = self.beta != 0.0 or is_peft_model(self.model)
-        if args.token_level_kl_coef > 0 and not has_reference:
-            raise ValueError(
-                "`token_level_kl_coef`: needs reference log-probs, which TRL only has with beta != 0 or a PEFT "
-                "model. Fix: set beta > 0 or train a LoRA adapter (peft_config=...)."
-            )
 
     # --- seam 1: rewards ---
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -278,52 +258,26 @@ class GRPOHubTrainer(GRPOTrainer):
                 low=self.vllm_importance_sampling_clip_min,
                 high=self.vllm_importance_sampling_clip_max,
             )
-        self._log_advantages(output["advantages"], mode)
-        self._log_zero_signal_kinds(rewards, group_size, mode)
+        scored_batch.log_advantages(
+            self.accelerator.gather(output["advantages"].detach().reshape(-1).float()), self._metrics[mode]
+        )
+        self._zero_signal_kinds.log(rewards, group_size, self._metrics[mode])
         zero = adv_fns.zero_signal_mask(rewards, group_size, self.args.zero_signal_eps)
         return output, zero.to(output["advantages"].device)
 
-    def _log_zero_signal_kinds(self, rewards: torch.Tensor, group_size: int, mode: str) -> None:
-        """Share of groups (all ranks) that are zero-signal at the top / bottom of the rewards seen so far."""
-        scored = rewards[~torch.isnan(rewards)]
-        if scored.numel():
-            low, high = self._reward_range
-            self._reward_range = (min(low, scored.min().item()), max(high, scored.max().item()))
-        kinds = adv_fns.zero_signal_kinds(rewards, group_size, self.args.zero_signal_eps, *self._reward_range)
-        for kind, name in adv_fns.KIND_NAMES.items():
-            self._metrics[mode][f"zero_signal/frac_groups_{name}"].append(
-                (kinds == kind).double().mean().item()
-            )
-
     def _weighted_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """TRL's scalar reward: weighted nansum of the reward functions, NaN where none scored the row."""
-        weights = self.reward_weights.to(rewards_per_func.device)
-        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
-        return rewards.masked_fill(torch.isnan(rewards_per_func).all(dim=1), torch.nan)
+        return scored_batch.weighted_rewards(rewards_per_func, self.reward_weights)
 
     def _recompute_advantages(self, rewards, output, group_size, rank_rows) -> torch.Tensor:
         """Advantages over all ranks' rows from the (transformed) rewards; returns this rank's slice."""
-        args = self.args
-        if args.token_level_kl_coef > 0:
-            rewards = rewards - args.token_level_kl_coef * self.accelerator.gather(self._sequence_kl(output))
-        norm = args.adv_norm or ("mean_only" if self.scale_rewards == "none" else "mean_std")
-        scope = "batch" if self.scale_rewards == "batch" else "group"
-        advantages = adv_fns.group_advantages(rewards, group_size, norm=norm, std_scope=scope)
-        if args.whiten_advantages:
-            advantages = adv_fns.whiten(advantages, ~torch.isnan(rewards))
-        if args.adv_clip_range is not None:
-            advantages = adv_fns.clip_advantages(advantages, args.adv_clip_range)
+        kl = None
+        if self.args.token_level_kl_coef > 0:
+            kl = scored_batch.sequence_kl(
+                output, lambda use_reference: self._score_logps(output, use_reference)
+            )
+            kl = self.accelerator.gather(kl)
+        advantages = scored_batch.recompute_advantages(rewards, group_size, self.args, self.scale_rewards, kl)
         return advantages[rank_rows]
-
-    @torch.no_grad()
-    def _sequence_kl(self, output) -> torch.Tensor:
-        """(B,) sum over loss tokens of log pi_old - log pi_ref (k1, verl's use_kl_in_reward)."""
-        mask = output["completion_mask"] * output.get("tool_mask", 1)
-        old = output.get("old_per_token_logps")
-        old = self._score_logps(output, use_reference=False) if old is None else old
-        ref = output.get("ref_per_token_logps")
-        ref = self._score_logps(output, use_reference=True) if ref is None else ref
-        return (losses.kl_penalty(old, ref, kind="k1") * mask).sum(dim=1)
 
     def _score_logps(self, output, use_reference: bool) -> torch.Tensor:
         """No-grad per-token log-probs of the policy, or of the PEFT base/"ref" adapter, on the scored rows."""
@@ -331,226 +285,100 @@ class GRPOHubTrainer(GRPOTrainer):
         attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
         logits_to_keep = output["completion_ids"].size(1)
 
-        def forward():
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model,
-                input_ids,
-                attention_mask,
-                logits_to_keep,
-                batch_size=self.args.per_device_train_batch_size,
-            )
-            return logps
-
+        forward = functools.partial(
+            self._get_per_token_logps_and_entropies, self.model, input_ids, attention_mask, logits_to_keep
+        )
         if not use_reference:
-            return forward()
+            return forward(batch_size=self.args.per_device_train_batch_size)[0]
         model = self.accelerator.unwrap_model(self.model)
         with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-            return forward()
+            return forward(batch_size=self.args.per_device_train_batch_size)[0]
 
     def _geometric_is_ratio(self, output) -> torch.Tensor:
-        """Sequence IS weight from the geometric mean of token ratios (TRL uses their product)."""
-        mask = output["completion_mask"] * output.get("tool_mask", 1)
-        mode = "truncate" if self.vllm_importance_sampling_mode.endswith("truncate") else "mask"
-        weights = importance.rollout_is_weights(  # a NaN sampler logprob: ratio 1, left out of the mean
-            output["old_per_token_logps"],
-            output["sampling_per_token_logps"],
-            mask,
-            level="sequence",
-            pooling="mean",
-            mode=mode,
-            low=self.vllm_importance_sampling_clip_min,
-            high=self.vllm_importance_sampling_clip_max,
+        """Sequence IS weight from the geometric mean of token ratios (TRL uses their product); logged."""
+        weights = scored_batch.geometric_is_ratio(
+            output,
+            self.vllm_importance_sampling_mode,
+            self.vllm_importance_sampling_clip_min,
+            self.vllm_importance_sampling_clip_max,
         )
         self._metrics["train" if self.model.training else "eval"]["sampling/is_ratio_geometric/mean"].append(
             self.accelerator.gather(weights.float().mean()).mean().item()
         )
         return weights
 
-    def _log_advantages(self, advantages: torch.Tensor, mode: str) -> None:
-        """Check (all ranks raise together) and log the advantages of the whole generation batch."""
-        everything = self.accelerator.gather(advantages.detach().reshape(-1).float())
-        check_advantages_finite(everything)
-        metrics = self._metrics[mode]
-        metrics["advantages/mean"].append(everything.mean().item())
-        metrics["advantages/std"].append(everything.std().item() if everything.numel() > 1 else 0.0)
-        metrics["advantages/max_abs"].append(everything.abs().max().item())
-
     def _drop_rows(self, output: dict, keep: torch.Tensor) -> dict:
-        """Keep this rank's signal rows, padded to the row count all ranks agree on (see `algos.filtering`)."""
-        args = self.args
-        counts = self.accelerator.gather(torch.tensor([int(keep.sum()), keep.numel()], device=keep.device))
-        counts = counts.view(-1, 2)
-        num_rows = agreed_row_count(int(counts[:, 0].max()), args.steps_per_generation)
-        output = keep_rows(output, keep, num_rows, self.pad_to_multiple_of)
-        kept_rows, all_rows = int(counts[:, 0].sum()), int(counts[:, 1].sum())
-        steps_total = args.steps_per_generation * self.accelerator.num_processes
-        if args.zero_signal_normalizer == "kept":
-            loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
-            output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-            rows_per_step = kept_rows / steps_total
-        else:
-            rows_per_step = all_rows / steps_total
-        # 0-dim, so TRL's split/shuffle hand it unchanged to every micro-batch.
-        output["rows_per_step"] = torch.tensor(max(rows_per_step, 1e-8), device=keep.device)
-        metrics = self._metrics["train"]
-        metrics["filter/frac_rows_dropped"].append(1.0 - kept_rows / all_rows)
-        metrics["filter/rows_trained"].append(float(kept_rows))
-        metrics["filter/rows_padded"].append(float(num_rows * self.accelerator.num_processes - kept_rows))
-        return output
+        """Keep this rank's signal rows, padded to the row count all ranks agree on (`scored_batch.drop_rows`)."""
+        return scored_batch.drop_rows(
+            output,
+            keep,
+            gather=self.accelerator.gather,
+            steps_per_generation=self.args.steps_per_generation,
+            num_processes=self.accelerator.num_processes,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            metrics=self._metrics["train"],
+        )
 
-    # --- packing: run fewer, fuller micro-steps when rows were dropped ---
+    # --- packing (training.packing): run fewer, fuller micro-steps when rows were dropped ---
     def training_step(self, model, inputs, num_items_in_batch):
-        """TRL's step; with `zero_signal_pack`, a micro-step the packing plan leaves empty runs nothing.
-
-        The plan (`algos.filtering.packing_plan`) is the same on every rank and always runs the micro-step
-        that ends an optimizer step, so DDP's gradient reduction and DeepSpeed's step happen as usual.
-        """
-        if not self.args.packs_rows:
+        """TRL's step; with `zero_signal_pack`, a micro-step the packing plan leaves empty runs nothing."""
+        if self._packer is None:
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()  # TRL's _prepare_inputs reads the mode; transformers sets it inside training_step
-        micro_batch = self._prepare_inputs(inputs)  # generates when due, on every rank
-        if micro_batch is None:
-            if self.accelerator.sync_gradients:
-                raise RuntimeError("packing plan skipped the micro-step that ends an optimizer step")
-            self._step += 1
-            self._window_position += 1
-            return torch.zeros((), device=self.args.device)
-        self._ready_micro_batch = micro_batch
-        loss = super().training_step(model, micro_batch, num_items_in_batch)
-        self._window_position = 0 if self.accelerator.sync_gradients else self._window_position + 1
-        return loss
+        trl_step = super().training_step
+        return self._packer.training_step(
+            inputs,
+            prepare=self._prepare_inputs,
+            run_step=lambda micro_batch: trl_step(model, micro_batch, num_items_in_batch),
+            skip_step=lambda: setattr(self, "_step", self._step + 1),  # TRL's buffer index, as its step does
+            sync_gradients=lambda: self.accelerator.sync_gradients,
+            device=self.args.device,
+        )
 
     def _prepare_inputs(self, generation_batch):
-        if generation_batch is self._ready_micro_batch:  # already packed by training_step
-            self._ready_micro_batch = None
-            return generation_batch
-        if not (self.args.packs_rows and self.model.training):
+        if self._packer is None or not self.model.training:
             return super()._prepare_inputs(generation_batch)
-        buffer = self._buffered_inputs
-        super()._prepare_inputs(generation_batch)
-        if self._buffered_inputs is not buffer:  # TRL generated and buffered a new generation batch
-            self._plan_packing()
-        entry = self._packing_plan[self._step % len(self._packing_plan)]
-        if entry is None:
-            return None
-        slots, chunk, chunks, num_rows = entry
-        segment = concat_micro_batches([self._buffered_inputs[slot] for slot in slots])
-        carrying = segment["completion_mask"].any(dim=1).nonzero().squeeze(1)
-        keep = torch.zeros_like(segment["completion_mask"][:, 0], dtype=torch.bool)
-        keep[carrying[packed_rows(carrying.numel(), chunk, chunks)]] = True
-        return keep_rows(segment, keep, num_rows, self.pad_to_multiple_of)  # same row count on every rank
-
-    def _plan_packing(self) -> None:
-        """Agree (one all-gather) on the packing plan of the buffered generation batch; log micro-steps run."""
-        rows = torch.stack([b["completion_mask"].any(dim=1).sum() for b in self._buffered_inputs])
-        rows = self._gather(rows.unsqueeze(0)).cpu()
-        self._packing_plan = packing_plan(
-            rows,
-            self.num_iterations,
-            self.args.gradient_accumulation_steps,
-            self._window_position,
-            self.args.per_device_train_batch_size,
+        if self._packer.take_ready(generation_batch):  # already packed by training_step
+            return generation_batch
+        trl_prepare = super()._prepare_inputs
+        return self._packer.next_micro_batch(
+            lambda: trl_prepare(generation_batch), lambda: self._buffered_inputs, lambda: self._step
         )
-        runs = sum(entry is not None for entry in self._packing_plan)
-        self._metrics["train"]["filter/micro_steps_run"].append(float(runs))
-
-    @staticmethod
-    def _row_scale(inputs, rows_averaged) -> float:
-        """Rescale a mean over `rows_averaged` rows of a micro-batch to the filtering normaliser's row count."""
-        if "rows_per_step" not in inputs:
-            return 1.0
-        return rows_averaged / inputs["rows_per_step"]
 
     # --- seam 3: the loss ---
     def _compute_loss(self, model, inputs):
         if self.args.uses_own_loss:
-            return self._own_loss(model, inputs)
+            return own_loss(
+                inputs,
+                lambda ids, attention, keep: self._get_per_token_logps_and_entropies(
+                    model, ids, attention, keep, compute_entropy=True
+                )[:2],
+                self._loss_settings,
+                lambda kind, count: self._normalizer(inputs, kind, count),
+                self._metrics["train" if self.model.training else "eval"],
+                lambda x: self.accelerator.reduce(x, reduction="sum"),
+            )
         loss = super()._compute_loss(model, inputs)
-        if features.normalizer(self.args) == loss_types.ROWS:
-            loss = loss * self._row_scale(inputs, inputs["prompt_ids"].shape[0])  # TRL averages over all rows
-        return loss
+        if "kept_rows" not in inputs:  # no rows dropped: TRL's normaliser is the normaliser
+            return loss
+        kind = features.normalizer(self.args)
+        micro = inputs["prompt_ids"].shape[0] if kind == loss_types.ROWS else inputs["completion_mask"].sum()
+        trl_normalizer = self._normalizer(inputs, kind, micro, filtered=False)
+        return loss * (trl_normalizer / self._normalizer(inputs, kind, micro))  # TRL's normaliser -> ours
 
-    def _own_loss(self, model, inputs):
-        """Clipped (or CISPO) surrogate with turn/token/sequence ratio pooling and `loss_agg_mode`."""
-        args, mode = self.args, ("train" if self.model.training else "eval")
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        mask = completion_mask * inputs.get("tool_mask", 1)
-        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model,
-            torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
-            torch.cat([inputs["prompt_mask"], completion_mask], dim=1),
-            completion_ids.size(1),
-            compute_entropy=True,
+    def _normalizer(self, inputs, kind, micro_count, filtered=True) -> torch.Tensor:
+        """`algos.normalizer.micro_batch_normalizer` of this micro-batch: `micro_count` is the rows (ROWS) or loss
+        tokens its mean ran over; the filtering counts are those `_drop_rows` recorded (training only)."""
+        train = self.model.training
+        accumulation = self.current_gradient_accumulation_steps if train else 1  # set by the train loop only
+        return micro_batch_normalizer(
+            kind,
+            train=train,
+            accumulation_steps=accumulation,
+            num_processes=self.accelerator.num_processes,
+            steps_per_generation=self.args.steps_per_generation,
+            micro_rows=micro_count,
+            micro_tokens=micro_count,
+            filtering=self.args.zero_signal_normalizer if filtered and "kept_rows" in inputs else None,
+            **batch_counts(inputs),
         )
-        advantages = inputs["advantages"]
-        advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
-        old_logps = inputs.get("old_per_token_logps")
-        old_logps = per_token_logps.detach() if old_logps is None else old_logps
-        level = self.importance_sampling_level
-        tool_mask = inputs.get("tool_mask", torch.ones_like(completion_mask))  # no tool call: one turn
-        turn_ids = turn_ids_from_tool_mask(tool_mask) if level == "turn" else None
-        log_ratio = losses.pool_log_ratio(per_token_logps - old_logps, mask, level=level, turn_ids=turn_ids)
-        ratio = torch.exp(log_ratio)
-        if self.loss_type == "cispo":
-            per_token_loss = losses.cispo_loss(ratio, advantages, per_token_logps, high=self.epsilon_high)
-        else:
-            per_token_loss = losses.clipped_surrogate(
-                ratio, advantages, self.epsilon_low, self.epsilon_high, dual_clip=args.dual_clip_c
-            )
-        if "importance_sampling_ratio" in inputs:
-            per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
-        if self.beta != 0.0:
-            per_token_kl = losses.kl_penalty(per_token_logps, inputs["ref_per_token_logps"], kind="k3")
-            if args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * ratio
-            per_token_loss = per_token_loss + self.beta * per_token_kl
-        loss = self._aggregate(per_token_loss, mask, inputs, mode)
-        self._log_own_loss_metrics(
-            ratio, advantages, mask, entropies, per_token_kl if self.beta else None, mode
-        )
-        return loss
-
-    def _aggregate(self, per_token_loss, mask, inputs, mode) -> torch.Tensor:
-        """`loss_agg_mode` (default: grpo -> seq-mean-token-mean, dapo/cispo -> token-mean) for one micro-batch.
-
-        token-mean divides by the loss tokens of the whole generation batch on all ranks (DAPO's normaliser,
-        `num_items_in_batch`), so it does not depend on how rows fall into micro-batches. Seq-mean modes are
-        means over rows, rescaled to the filtering normaliser's row count when rows were dropped.
-        """
-        agg_mode = loss_types.own_path_agg_mode(self.loss_type, self.args.loss_agg_mode)
-        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
-        loss = losses.aggregate_loss(per_token_loss, mask, agg_mode, norm_length=self.max_completion_length)
-        if agg_mode in losses.SEQ_MEAN_AGG_MODES:
-            rows_averaged = (mask.sum(dim=1) > 0).sum().clamp(min=1)  # aggregate_loss skips empty rows
-            return loss * self._row_scale(inputs, rows_averaged) / accumulation
-        tokens_per_step = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-        if mode == "train":
-            tokens_per_step = tokens_per_step / self.args.steps_per_generation
-        return loss * mask.sum().clamp(min=1.0) / tokens_per_step / accumulation
-
-    def _log_own_loss_metrics(self, ratio, advantages, mask, entropies, per_token_kl, mode) -> None:
-        def global_mean(x):
-            x = x.expand_as(mask)
-            totals = self.accelerator.reduce(
-                torch.stack([(x * mask).sum(), mask.sum().float()]), reduction="sum"
-            )
-            return (totals[0] / totals[1].clamp(min=1.0)).item()
-
-        metrics = self._metrics[mode]
-        metrics["entropy"].append(global_mean(entropies))
-        if per_token_kl is not None:
-            metrics["kl"].append(global_mean(per_token_kl))
-        ratio = ratio.detach()
-        if self.loss_type == "cispo":
-            metrics["cispo_clip_ratio"].append(
-                global_mean(((ratio > self.epsilon_high) & (advantages > 0)).float())
-            )
-            return
-        low = (ratio < 1 - self.epsilon_low) & (advantages < 0)
-        high = (ratio > 1 + self.epsilon_high) & (advantages > 0)
-        metrics["clip_ratio/low_mean"].append(global_mean(low.float()))
-        metrics["clip_ratio/high_mean"].append(global_mean(high.float()))
-        metrics["clip_ratio/region_mean"].append(global_mean((low | high).float()))
-        if self.args.dual_clip_c is not None:
-            dual = (ratio > self.args.dual_clip_c) & (advantages < 0)
-            metrics["clip_ratio/dual_mean"].append(global_mean(dual.float()))

@@ -1,0 +1,128 @@
+"""Edits and logs of TRL's scored generation batch (the output of `_generate_and_score_completions`).
+
+Called from the trainer's `_score_round` with narrow inputs (tensors, settings, callables, the metrics dict):
+advantage recomputation (adv_norm, whitening, clipping, KL in the reward), geometric-mean vLLM IS weights,
+the advantage logs, the zero-signal kinds, and zero-signal row dropping (`drop_rows`). The formulas live in `grpo_hub.algos`.
+"""
+
+from collections.abc import Callable
+
+import torch
+
+from grpo_hub.algos import advantages as adv_fns
+from grpo_hub.algos import importance, losses
+from grpo_hub.algos.filtering import agreed_row_count, keep_rows
+from grpo_hub.training.input_checks import check_advantages_finite
+
+
+def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """TRL's scalar reward: weighted nansum of the reward functions, NaN where none scored the row."""
+    rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    return rewards.masked_fill(torch.isnan(rewards_per_func).all(dim=1), torch.nan)
+
+
+def recompute_advantages(
+    rewards: torch.Tensor, group_size: int, args, scale_rewards: str, sequence_kl: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Advantages of all ranks' rows from the (transformed) rewards, with the `adv_norm`, `whiten_advantages`,
+    `adv_clip_range` fields of `args`; minus `token_level_kl_coef` · `sequence_kl` when given (verl's
+    use_kl_in_reward). `adv_norm` None follows TRL's `scale_rewards` ('none': mean only)."""
+    if sequence_kl is not None:
+        rewards = rewards - args.token_level_kl_coef * sequence_kl
+    norm = args.adv_norm or ("mean_only" if scale_rewards == "none" else "mean_std")
+    scope = "batch" if scale_rewards == "batch" else "group"
+    advantages = adv_fns.group_advantages(rewards, group_size, norm=norm, std_scope=scope)
+    if args.whiten_advantages:
+        advantages = adv_fns.whiten(advantages, ~torch.isnan(rewards))
+    if args.adv_clip_range is not None:
+        advantages = adv_fns.clip_advantages(advantages, args.adv_clip_range)
+    return advantages
+
+
+@torch.no_grad()
+def sequence_kl(output: dict, score_logps: Callable[[bool], torch.Tensor]) -> torch.Tensor:
+    """(B,) sum over loss tokens of log pi_old - log pi_ref (k1, verl's use_kl_in_reward).
+
+    `score_logps(use_reference)` scores the rows when the batch lacks old / reference log-probs."""
+    mask = output["completion_mask"] * output.get("tool_mask", 1)
+    old = output.get("old_per_token_logps")
+    old = score_logps(False) if old is None else old
+    ref = output.get("ref_per_token_logps")
+    ref = score_logps(True) if ref is None else ref
+    return (losses.kl_penalty(old, ref, kind="k1") * mask).sum(dim=1)
+
+
+def geometric_is_ratio(output: dict, mode: str, low: float, high: float) -> torch.Tensor:
+    """Sequence IS weight from the geometric mean of token ratios (TRL uses their product); `mode` is TRL's
+    `vllm_importance_sampling_mode`."""
+    mask = output["completion_mask"] * output.get("tool_mask", 1)
+    return importance.rollout_is_weights(  # a NaN sampler logprob: ratio 1, left out of the mean
+        output["old_per_token_logps"],
+        output["sampling_per_token_logps"],
+        mask,
+        level="sequence",
+        pooling="mean",
+        mode="truncate" if mode.endswith("truncate") else "mask",
+        low=low,
+        high=high,
+    )
+
+
+def log_advantages(everything: torch.Tensor, metrics: dict) -> None:
+    """Check (all ranks raise together) and log the advantages of the whole generation batch (all ranks)."""
+    check_advantages_finite(everything)
+    metrics["advantages/mean"].append(everything.mean().item())
+    metrics["advantages/std"].append(everything.std().item() if everything.numel() > 1 else 0.0)
+    metrics["advantages/max_abs"].append(everything.abs().max().item())
+
+
+class ZeroSignalKinds:
+    """Share of groups (all ranks) that are zero-signal at the top / bottom of the rewards seen so far."""
+
+    def __init__(self, eps: float):
+        self.eps = eps
+        self.reward_range = (float("inf"), float("-inf"))  # lowest / highest reward seen
+
+    def log(self, rewards: torch.Tensor, group_size: int, metrics: dict) -> None:
+        scored = rewards[~torch.isnan(rewards)]
+        if scored.numel():
+            low, high = self.reward_range
+            self.reward_range = (min(low, scored.min().item()), max(high, scored.max().item()))
+        kinds = adv_fns.zero_signal_kinds(rewards, group_size, self.eps, *self.reward_range)
+        for kind, name in adv_fns.KIND_NAMES.items():
+            metrics[f"zero_signal/frac_groups_{name}"].append((kinds == kind).double().mean().item())
+
+
+def drop_rows(
+    output: dict,
+    keep: torch.Tensor,
+    *,
+    gather: Callable[[torch.Tensor], torch.Tensor],
+    steps_per_generation: int,
+    num_processes: int,
+    pad_to_multiple_of: int | None,
+    metrics: dict,
+) -> dict:
+    """Keep this rank's rows where `keep`, padded to the row count all ranks agree on (`algos.filtering`).
+
+    One all-gather of (kept rows, rows, kept loss tokens) per rank. Records the generation-batch counts the
+    normaliser reads (`algos.normalizer.micro_batch_normalizer`), deciding nothing: `num_items_in_batch` becomes
+    the loss tokens of the kept rows (all ranks); `all_items_in_batch` keeps TRL's count before dropping;
+    `kept_rows` / `all_rows` count rows over all ranks. All are 0-dim, so TRL's split/shuffle hand them
+    unchanged to every micro-batch.
+    """
+    loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
+    counts = torch.tensor([int(keep.sum()), keep.numel(), int(loss_mask[keep].sum())], device=keep.device)
+    counts = gather(counts).view(-1, 3)
+    num_rows = agreed_row_count(int(counts[:, 0].max()), steps_per_generation)
+    output = keep_rows(output, keep, num_rows, pad_to_multiple_of)
+    kept_rows, all_rows, kept_tokens = (int(c) for c in counts.sum(dim=0))
+    all_tokens = output["num_items_in_batch"]
+    output["num_items_in_batch"] = torch.tensor(kept_tokens, dtype=all_tokens.dtype, device=all_tokens.device)
+    output["all_items_in_batch"] = all_tokens
+    output["kept_rows"] = torch.tensor(float(kept_rows), device=keep.device)
+    output["all_rows"] = torch.tensor(float(all_rows), device=keep.device)
+    metrics["filter/frac_rows_dropped"].append(1.0 - kept_rows / all_rows)
+    metrics["filter/rows_trained"].append(float(kept_rows))
+    metrics["filter/rows_padded"].append(float(num_rows * num_processes - kept_rows))
+    return output
