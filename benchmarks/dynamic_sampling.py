@@ -64,7 +64,7 @@ class Clock(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "graded_reward" in logs:
-            trained = logs.get("filter/rows_trained", args.per_device_train_batch_size)
+            trained = logs.get("zero_signal/rows_trained", args.per_device_train_batch_size)
             self.points.append((time.perf_counter() - self.start, logs["graded_reward"], trained))
 
 

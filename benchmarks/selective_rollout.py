@@ -35,11 +35,11 @@ CONFIGS = {
 }
 # Selective-rollout metrics reported per run (mean over the logged optimizer steps).
 SELECTIVE_METRICS = (
-    "selective/skipped_all_max",
-    "selective/skipped_all_min",
-    "selective/explore_all_max",
-    "selective/explore_all_min",
-    "selective/revisit_informative_frac",
+    "selective_rollout/skipped_all_max",
+    "selective_rollout/skipped_all_min",
+    "selective_rollout/explore_all_max",
+    "selective_rollout/explore_all_min",
+    "selective_rollout/revisit_informative_frac",
 )
 
 

@@ -181,7 +181,7 @@ class GRPOHubConfig(GRPOConfig):
         default="train",
         metadata={
             "help": "When the rounds run out short of the target: 'train' on the informative groups collected (metric "
-            "dynamic/cap_hit), or 'error' (raise, as verl does)."
+            "dynamic_sampling/cap_hit), or 'error' (raise, as verl does)."
         },
     )
 

@@ -12,7 +12,7 @@ Where the extra prompts come from: the trainer's epoch iterator, read in whole g
 the sampler's order, each once per epoch; one optimizer step consumes 1 + `rounds` generation batches.
 transformers computes the steps per epoch assuming one: an epoch therefore ends after fewer optimizer steps
 (the later steps of the epoch get no data and do nothing), and with `max_steps` a run whose data runs out stops
-early. A refill round that finds the epoch exhausted stops refilling (metric `dynamic/data_exhausted`) and trains
+early. A refill round that finds the epoch exhausted stops refilling (metric `dynamic_sampling/data_exhausted`) and trains
 on what it has. The stream's position is checkpointed, so a resumed run reads what the uninterrupted run would.
 
 Pure helpers (`informative_groups`, `select_groups`, `rank_rows`, `concat_batches`) import
@@ -170,9 +170,9 @@ class DynamicSampler:
         generated = sum(groups.numel() for groups in informative)
         kept_groups = sum(int(groups.sum()) for groups in kept)
         metrics = self.metrics
-        metrics["dynamic/rounds"].append(float(rounds))
-        metrics["dynamic/informative_frac"].append(sum(int(g.sum()) for g in informative) / generated)
-        metrics["dynamic/rows_generated"].append(float(generated * self.group_size))
-        metrics["dynamic/rows_trained"].append(float(kept_groups * self.group_size))
-        metrics["dynamic/cap_hit"].append(float(kept_groups < self.target))
-        metrics["dynamic/data_exhausted"].append(float(exhausted))
+        metrics["dynamic_sampling/rounds"].append(float(rounds))
+        metrics["dynamic_sampling/informative_frac"].append(sum(int(g.sum()) for g in informative) / generated)
+        metrics["dynamic_sampling/rows_generated"].append(float(generated * self.group_size))
+        metrics["dynamic_sampling/rows_trained"].append(float(kept_groups * self.group_size))
+        metrics["dynamic_sampling/cap_hit"].append(float(kept_groups < self.target))
+        metrics["dynamic_sampling/data_exhausted"].append(float(exhausted))

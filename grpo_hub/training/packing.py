@@ -1,6 +1,6 @@
 """Micro-step packing under zero-signal filtering: run fewer, fuller micro-steps, skip the empty ones.
 
-The state machine lives here; the plan is the pure `grpo_hub.algos.filtering.packing_plan`. The trainer's
+The state machine lives here; the plan is the pure `grpo_hub.algos.packing.packing_plan`. The trainer's
 `training_step` / `_prepare_inputs` overrides delegate to `MicroStepPacker`, passing TRL's methods and state as
 callables, so nothing here knows the trainer. Hand-over, per micro-step (TRL 1.16 order, see the trainer's
 module docstring):
@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 import torch
 
-from grpo_hub.algos.filtering import concat_micro_batches, keep_rows, packed_rows, packing_plan
+from grpo_hub.algos.filtering import keep_rows
+from grpo_hub.algos.packing import concat_micro_batches, packed_rows, packing_plan
 
 
 class MicroStepPacker:
@@ -107,4 +108,4 @@ class MicroStepPacker:
         self.plan = packing_plan(
             rows, self.num_iterations, self.accumulation_steps, self.window_position, self.batch_size
         )
-        self.metrics["filter/micro_steps_run"].append(float(sum(entry is not None for entry in self.plan)))
+        self.metrics["zero_signal/micro_steps_run"].append(float(sum(entry is not None for entry in self.plan)))

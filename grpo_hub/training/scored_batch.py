@@ -122,7 +122,7 @@ def drop_rows(
     output["all_items_in_batch"] = all_tokens
     output["kept_rows"] = torch.tensor(float(kept_rows), device=keep.device)
     output["all_rows"] = torch.tensor(float(all_rows), device=keep.device)
-    metrics["filter/frac_rows_dropped"].append(1.0 - kept_rows / all_rows)
-    metrics["filter/rows_trained"].append(float(kept_rows))
-    metrics["filter/rows_padded"].append(float(num_rows * num_processes - kept_rows))
+    metrics["zero_signal/frac_rows_dropped"].append(1.0 - kept_rows / all_rows)
+    metrics["zero_signal/rows_trained"].append(float(kept_rows))
+    metrics["zero_signal/rows_padded"].append(float(num_rows * num_processes - kept_rows))
     return output

@@ -159,16 +159,16 @@ class SelectiveRollout:
                 self.explore[kind], frac, self.target * TARGET_SHARE[kind], self.step
             )
         if revisits:
-            self.metrics["selective/revisit_informative_frac"].append(informative / revisits)
+            self.metrics["selective_rollout/revisit_informative_frac"].append(informative / revisits)
 
     def _log_selection(self, skipped, batches_read: int, exhausted: bool) -> None:
         metrics = self.metrics
         for kind, name in KIND_NAMES.items():
-            metrics[f"selective/skipped_{name}"].append(float(sum(k == kind for _, k, _ in skipped)))
-            metrics[f"selective/explore_{name}"].append(self.explore[kind])
-        metrics["selective/rows_saved"].append(float(len(skipped) * self.group_size))
-        metrics["selective/batches_read"].append(float(batches_read))
-        metrics["selective/data_exhausted"].append(float(exhausted))
+            metrics[f"selective_rollout/skipped_{name}"].append(float(sum(k == kind for _, k, _ in skipped)))
+            metrics[f"selective_rollout/explore_{name}"].append(self.explore[kind])
+        metrics["selective_rollout/rows_saved"].append(float(len(skipped) * self.group_size))
+        metrics["selective_rollout/batches_read"].append(float(batches_read))
+        metrics["selective_rollout/data_exhausted"].append(float(exhausted))
 
     def state_dict(self) -> dict:
         return {

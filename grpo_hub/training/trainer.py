@@ -302,7 +302,7 @@ class GRPOHubTrainer(GRPOTrainer):
             self.vllm_importance_sampling_clip_min,
             self.vllm_importance_sampling_clip_max,
         )
-        self._metrics["train" if self.model.training else "eval"]["sampling/is_ratio_geometric/mean"].append(
+        self._metrics["train" if self.model.training else "eval"]["vllm_is/ratio_geometric_mean"].append(
             self.accelerator.gather(weights.float().mean()).mean().item()
         )
         return weights

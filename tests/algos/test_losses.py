@@ -198,7 +198,7 @@ def test_kl_estimators_match_naive(pairs):
             bounded = min(max(d, -20.0), 20.0)
             expected.append({"k1": lp - rp, "k2": d * d / 2, "k3": math.exp(bounded) - bounded - 1}[kind])
         torch.testing.assert_close(losses.kl_penalty(logp, ref, kind), t64(expected))
-    assert (losses.kl_penalty(logp, ref, "k3") >= 0).all()
+    assert (losses.kl_penalty(logp, ref, "k3") >= -1e-12).all()  # k3 >= 0 up to float rounding
 
 
 def test_k3_equals_trl_per_token_kl_and_extremes_stay_finite():

@@ -1,11 +1,11 @@
-"""Packing plan of filtered rows (grpo_hub.algos.filtering): against a step-by-step naive reference."""
+"""Packing plan of filtered rows (grpo_hub.algos.packing): against a step-by-step naive reference."""
 
 import math
 import random
 
 import torch
 
-from grpo_hub.algos.filtering import concat_micro_batches, cycle_segments, packed_rows, packing_plan
+from grpo_hub.algos.packing import concat_micro_batches, cycle_segments, packed_rows, packing_plan
 
 
 def naive_plan(rows, num_iterations, accumulation_steps, window_position, batch_size):

@@ -12,7 +12,7 @@ HEAVY = {"trl", "transformers", "peft", "accelerate", "datasets", "deepspeed", "
 
 
 def test_the_whole_algos_folder_is_checked():
-    assert {"grpo_hub.algos.advantages", "grpo_hub.algos.losses", "grpo_hub.algos.filtering"} <= set(
+    assert {"grpo_hub.algos.advantages", "grpo_hub.algos.losses", "grpo_hub.algos.filtering", "grpo_hub.algos.packing"} <= set(
         PURE_MODULES
     )
 

@@ -65,9 +65,9 @@ def test_filtered_rows_get_no_training_forward(tmp_path, tiny_model_dir):
 def test_filter_metrics(tmp_path, tiny_model_dir):
     trainer = half_signal_trainer(tmp_path, tiny_model_dir, filter_zero_signal=True, max_steps=2)
     trainer.train()
-    logs = [h for h in trainer.state.log_history if "filter/rows_trained" in h]
-    assert [h["filter/rows_trained"] for h in logs] == [8.0, 8.0]
-    assert [h["filter/frac_rows_dropped"] for h in logs] == [0.5, 0.5]
+    logs = [h for h in trainer.state.log_history if "zero_signal/rows_trained" in h]
+    assert [h["zero_signal/rows_trained"] for h in logs] == [8.0, 8.0]
+    assert [h["zero_signal/frac_rows_dropped"] for h in logs] == [0.5, 0.5]
 
 
 def window_grads(trainer, batch):
@@ -146,7 +146,7 @@ def test_all_filtered_batch_neither_crashes_nor_moves_the_model(tmp_path, tiny_m
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
-    assert [h["filter/rows_trained"] for h in logs] == [0.0, 0.0]
+    assert [h["zero_signal/rows_trained"] for h in logs] == [0.0, 0.0]
     assert all(h["loss"] == 0.0 and h["grad_norm"] == 0.0 for h in logs)
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
 
@@ -173,9 +173,9 @@ def test_zero_signal_is_decided_after_reward_clip(tmp_path, tiny_model_dir):
         )
         trainer.train()
         dropped[clip] = [
-            h["filter/frac_rows_dropped"]
+            h["zero_signal/frac_rows_dropped"]
             for h in trainer.state.log_history
-            if "filter/frac_rows_dropped" in h
+            if "zero_signal/frac_rows_dropped" in h
         ]
     assert dropped[1.0] and all(share >= 0.5 for share in dropped[1.0])  # the quiet half is flat once clipped
     assert all(share < 0.5 for share in dropped[None])  # raw, the quiet half varies

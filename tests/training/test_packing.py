@@ -43,7 +43,7 @@ def run(tmp_path, model_dir, reward=half_signal_reward, **overrides):
 
     trainer.model.register_forward_pre_hook(count, with_kwargs=True)
     trainer.train()
-    probe.logs = [h for h in trainer.state.log_history if "filter/micro_steps_run" in h]
+    probe.logs = [h for h in trainer.state.log_history if "zero_signal/micro_steps_run" in h]
     return probe
 
 
@@ -75,7 +75,7 @@ def test_packed_all_normaliser_gradient_is_trl_unfiltered(tmp_path, tiny_model_d
     packed = run(tmp_path, tiny_model_dir, filter_zero_signal=True, zero_signal_normalizer="all", **layout)
     # 16 rows per generation batch, 8 kept, per_device_train_batch_size 8: 1 micro-step instead of 2
     assert trl.forwards == 2 and packed.forwards == 1
-    assert [h["filter/micro_steps_run"] for h in packed.logs] == [1.0]
+    assert [h["zero_signal/micro_steps_run"] for h in packed.logs] == [1.0]
     for a, b in zip(packed.grads, trl.grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 

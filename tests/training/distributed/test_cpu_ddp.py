@@ -73,11 +73,11 @@ def test_rank_with_every_row_filtered_trains_like_trl(runs):
     )
     assert_trained_in_sync(result, steps=2)
     for entry, trl_entry in zip(step_logs(result), step_logs(runs["trl_rank1_flat"]), strict=True):
-        assert entry["filter/frac_rows_dropped"] == 0.5
-        kept = entry["filter/rows_trained"]
+        assert entry["zero_signal/frac_rows_dropped"] == 0.5
+        kept = entry["zero_signal/rows_trained"]
         assert 0 < kept <= 2 * ROWS_PER_RANK  # rank 0's rows of its 2 micro-batches
-        assert entry["filter/rows_padded"] == kept, "rank 1 pads up to rank 0's kept rows"
-        assert entry["filter/micro_steps_run"] == math.ceil(kept / ROWS_PER_RANK)  # rank 1 pads each of them
+        assert entry["zero_signal/rows_padded"] == kept, "rank 1 pads up to rank 0's kept rows"
+        assert entry["zero_signal/micro_steps_run"] == math.ceil(kept / ROWS_PER_RANK)  # rank 1 pads each of them
         assert entry["loss"] == pytest.approx(trl_entry["loss"], rel=1e-3, abs=1e-6)
         assert entry["grad_norm"] == pytest.approx(trl_entry["grad_norm"], rel=1e-3)
 
@@ -88,10 +88,10 @@ def test_all_rows_filtered_on_both_ranks_is_a_no_op_step(runs):
     assert_two_rank_world(result, "MULTI_CPU")
     assert result["global_step"] == 2
     for entry in step_logs(result):
-        assert entry["filter/frac_rows_dropped"] == 1.0
-        assert entry["filter/rows_trained"] == 0
-        assert entry["filter/rows_padded"] == 2 * 2  # ranks x steps_per_generation
-        assert entry["filter/micro_steps_run"] == 1  # the one that ends the optimizer step, on one pad row
+        assert entry["zero_signal/frac_rows_dropped"] == 1.0
+        assert entry["zero_signal/rows_trained"] == 0
+        assert entry["zero_signal/rows_padded"] == 2 * 2  # ranks x steps_per_generation
+        assert entry["zero_signal/micro_steps_run"] == 1  # the one that ends the optimizer step, on one pad row
         assert entry["loss"] == 0.0 and entry["grad_norm"] == 0.0
     for rank in result["ranks"]:
         assert rank["params_finite"] and rank["max_param_change"] == 0.0

@@ -55,9 +55,9 @@ def test_lora_training_with_one_rank_fully_filtered(runs):
     assert_trained_in_sync(result, steps=STEPS)
     logs = step_logs(result)
     for entry in logs:
-        kept = entry["filter/rows_trained"]
+        kept = entry["zero_signal/rows_trained"]
         assert kept <= ROWS_PER_RANK, "rank 1 must keep no row"
-        assert entry["filter/rows_padded"] == 2 * max(kept, 1) - kept  # rank 1 pads up to rank 0's count
+        assert entry["zero_signal/rows_padded"] == 2 * max(kept, 1) - kept  # rank 1 pads up to rank 0's count
     rewards = [entry["rewards/task_on_live/mean"] for entry in logs]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last > first + 0.15, rewards
@@ -70,8 +70,8 @@ def test_packed_filtering_matches_unpacked_under_deepspeed(runs):
         assert_two_rank_world(runs[name], "DEEPSPEED")
         assert_trained_in_sync(runs[name], steps=2)
     packed, thin = step_logs(runs["packed"]), step_logs(runs["thin"])
-    assert [entry["filter/micro_steps_run"] for entry in packed] == [1.0, 1.0]
-    assert all("filter/micro_steps_run" not in entry for entry in thin)
+    assert [entry["zero_signal/micro_steps_run"] for entry in packed] == [1.0, 1.0]
+    assert all("zero_signal/micro_steps_run" not in entry for entry in thin)
     for a, b in zip(packed, thin, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-6)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)

@@ -48,15 +48,15 @@ def step_logs(trainer) -> list[dict]:
 def test_dynamic_sampling_trains_full_informative_batches_where_filtering_cannot(tmp_path, tiny_model_dir):
     plain, _ = degenerate_trainer(tmp_path, tiny_model_dir, filter_zero_signal=True, max_steps=3)
     plain.train()
-    assert [entry["filter/rows_trained"] for entry in step_logs(plain)] == [4.0, 4.0, 4.0]
+    assert [entry["zero_signal/rows_trained"] for entry in step_logs(plain)] == [4.0, 4.0, 4.0]
 
     trainer, seen = degenerate_trainer(tmp_path, tiny_model_dir, dynamic_sampling=True, max_steps=3)
     forwards = trained_prompts(trainer)
     trainer.train()
     for entry in step_logs(trainer):
-        assert entry["dynamic/rows_trained"] == entry["filter/rows_trained"] == 16.0  # 4 groups x 4
-        assert entry["dynamic/rounds"] == 3.0 and entry["dynamic/rows_generated"] == 64.0
-        assert entry["dynamic/informative_frac"] == 0.25 and entry["dynamic/cap_hit"] == 0.0
+        assert entry["dynamic_sampling/rows_trained"] == entry["zero_signal/rows_trained"] == 16.0  # 4 groups x 4
+        assert entry["dynamic_sampling/rounds"] == 3.0 and entry["dynamic_sampling/rows_generated"] == 64.0
+        assert entry["dynamic_sampling/informative_frac"] == 0.25 and entry["dynamic_sampling/cap_hit"] == 0.0
     assert len(forwards) == 3 * 16 and all(text.startswith("Write only digits") for text in forwards)
     # the prompts were read in dataset order, each once: 3 steps x 4 generation batches x 4 prompts
     assert seen == list(degenerate_dataset(48)["prompt"])
@@ -73,9 +73,9 @@ def test_target_groups_and_the_cap_train_on_what_was_collected(tmp_path, tiny_mo
     )
     trainer.train()
     for entry in step_logs(trainer):
-        assert entry["dynamic/rounds"] == 1.0  # the cap
-        assert entry["dynamic/cap_hit"] == 1.0
-        assert entry["dynamic/rows_trained"] == 8.0  # the 2 informative groups found in 2 generation batches
+        assert entry["dynamic_sampling/rounds"] == 1.0  # the cap
+        assert entry["dynamic_sampling/cap_hit"] == 1.0
+        assert entry["dynamic_sampling/rows_trained"] == 8.0  # the 2 informative groups found in 2 generation batches
     assert len(seen) == 2 * 2 * 4
 
 
@@ -100,8 +100,8 @@ def test_an_epoch_ends_when_refills_have_used_its_prompts(tmp_path, tiny_model_d
     trainer.train()
     logs = step_logs(trainer)
     assert trainer.state.global_step == 2
-    assert [entry["dynamic/data_exhausted"] for entry in logs] == [0.0, 1.0]
-    assert [entry["dynamic/rows_trained"] for entry in logs] == [16.0, 8.0]
+    assert [entry["dynamic_sampling/data_exhausted"] for entry in logs] == [0.0, 1.0]
+    assert [entry["dynamic_sampling/rows_trained"] for entry in logs] == [16.0, 8.0]
     assert seen == list(degenerate_dataset(24)["prompt"])
 
 
@@ -114,7 +114,7 @@ def test_without_zero_signal_groups_dynamic_sampling_changes_nothing(tmp_path, t
         args = tiny_config(tmp_path, **BATCH, filter_zero_signal=True, dynamic_sampling=dynamic, max_steps=2)
         trainer = make_trainer(GRPOHubTrainer, tiny_model_dir, args, reward_funcs=[varied])
         trainer.train()
-        assert all(entry["filter/rows_trained"] == 16.0 for entry in step_logs(trainer))
+        assert all(entry["zero_signal/rows_trained"] == 16.0 for entry in step_logs(trainer))
         weights[dynamic] = torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()])
     torch.testing.assert_close(weights[True], weights[False], rtol=0, atol=0)
 
@@ -133,7 +133,7 @@ def test_reward_rises_with_dynamic_sampling_on_a_mostly_degenerate_task(tmp_path
     )
     trainer.train()
     logs = step_logs(trainer)
-    assert all(entry["dynamic/rows_trained"] == 16.0 for entry in logs)
+    assert all(entry["dynamic_sampling/rows_trained"] == 16.0 for entry in logs)
     digits = [entry["digits_reward"] for entry in logs]
     first, last = sum(digits[:5]) / 5, sum(digits[-5:]) / 5
     assert math.isfinite(first) and last > first + 0.15, digits

@@ -20,12 +20,12 @@ def test_two_ranks_agree_on_rounds_and_train_full_informative_batches():
     assert [rank["global_step"] for rank in ranks] == [3, 3]
     per_rank = [step_logs(rank) for rank in ranks]
     for entry0, entry1 in zip(*per_rank, strict=True):
-        assert entry0["dynamic/rounds"] == entry1["dynamic/rounds"] >= 1
-        assert entry0["dynamic/rows_trained"] == entry1["dynamic/rows_trained"] == TARGET_ROWS
-        assert entry0["dynamic/cap_hit"] == 0.0
+        assert entry0["dynamic_sampling/rounds"] == entry1["dynamic_sampling/rounds"] >= 1
+        assert entry0["dynamic_sampling/rows_trained"] == entry1["dynamic_sampling/rows_trained"] == TARGET_ROWS
+        assert entry0["dynamic_sampling/cap_hit"] == 0.0
     assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"], "the ranks' weights diverged"
     # every prompt of the consumed generation batches was scored on exactly one rank, none twice
     scored = sorted(ranks[0]["scored_prompts"] + ranks[1]["scored_prompts"])
     assert scored == list(range(len(scored)))
-    rounds = sum(entry["dynamic/rounds"] for entry in per_rank[0])
+    rounds = sum(entry["dynamic_sampling/rounds"] for entry in per_rank[0])
     assert len(scored) == (3 + rounds) * 4  # 4 prompts per generation batch

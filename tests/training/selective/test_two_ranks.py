@@ -22,10 +22,10 @@ def test_two_ranks_take_the_same_skip_decisions_and_generate_whole_groups():
     assert any(skip for _, skip in ranks[0]["decisions"]), "nothing was skipped: the test checks nothing"
     per_rank = [step_logs(rank) for rank in ranks]
     for entry0, entry1 in zip(*per_rank, strict=True):
-        for key in ("selective/rows_saved", "dynamic/rounds", "filter/rows_trained"):
+        for key in ("selective_rollout/rows_saved", "dynamic_sampling/rounds", "zero_signal/rows_trained"):
             assert entry0[key] == entry1[key], key
     assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"], "the ranks' weights diverged"
     # both ranks together generated whole groups: every prompt index appears a multiple of num_generations times
     rows = ranks[0]["scored_rows"] + ranks[1]["scored_rows"]
     assert all(rows.count(index) % NUM_GENERATIONS == 0 for index in set(rows))
-    assert sum(entry["selective/rows_saved"] for entry in per_rank[0]) > 0
+    assert sum(entry["selective_rollout/rows_saved"] for entry in per_rank[0]) > 0

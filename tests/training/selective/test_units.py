@@ -50,8 +50,8 @@ def test_skipped_groups_are_replaced_by_the_next_ones_and_leftovers_come_first_n
     torch.manual_seed(0)
     first = selector.select(rows(0, 1))
     assert len(first) == 2 * GROUP and indices(first) == [1, 2]  # 0 skipped, 2 read from the next batch
-    assert selector.metrics["selective/skipped_all_min"] == [1.0]
-    assert selector.metrics["selective/rows_saved"] == [float(GROUP)]
+    assert selector.metrics["selective_rollout/skipped_all_min"] == [1.0]
+    assert selector.metrics["selective_rollout/rows_saved"] == [float(GROUP)]
     assert indices(selector.select(rows(6, 7))) == [3, 6]  # 3 was left over
 
 
@@ -60,8 +60,8 @@ def test_when_the_epoch_runs_out_skipped_groups_fill_the_batch():
     learn_hard(selector, [0, 1])
     selected = selector.select(rows(0, 1))
     assert indices(selected) == [0, 1]
-    assert selector.metrics["selective/data_exhausted"] == [1.0]
-    assert selector.metrics["selective/rows_saved"] == [0.0]
+    assert selector.metrics["selective_rollout/data_exhausted"] == [1.0]
+    assert selector.metrics["selective_rollout/rows_saved"] == [0.0]
 
 
 def test_revisits_of_skipped_prompts_measure_the_filter_error():
@@ -69,8 +69,8 @@ def test_revisits_of_skipped_prompts_measure_the_filter_error():
     learn_hard(selector, [0])
     selector.select(rows(0, 1))  # 0 is skipped, 1 and 2 are generated, 3 is left over
     selector.record(torch.tensor([0.0, 1.0, 0.5, 0.5]))
-    assert "selective/revisit_informative_frac" not in selector.metrics
+    assert "selective_rollout/revisit_informative_frac" not in selector.metrics
     selector.min_keep = 1.0  # P_skip = 0: prompt 0 comes back
     assert indices(selector.select(rows(0, 4))) == [3, 0]
     selector.record(torch.tensor([1.0, 1.0, 0.0, 1.0]))  # 0 turned out informative: the filter erred
-    assert selector.metrics["selective/revisit_informative_frac"] == [1.0]
+    assert selector.metrics["selective_rollout/revisit_informative_frac"] == [1.0]

@@ -78,7 +78,7 @@ def test_geometric_sequence_weights_stay_in_bounds(one_rank_runs):
     """vllm_is_pooling="mean" end to end with real engine log-probs: the trainer replaces TRL's product ratio by
     exp(mean_t Δ_t) (its own metric), truncated to the bounds; the diagnostics count sequences."""
     (log,) = step_logs(one_rank_runs["geometric"][0])
-    assert 0.99 - 1e-6 <= log["sampling/is_ratio_geometric/mean"] <= 1.01 + 1e-6
+    assert 0.99 - 1e-6 <= log["vllm_is/ratio_geometric_mean"] <= 1.01 + 1e-6
     assert 0.0 <= log["vllm_is/frac_truncated"] <= 1.0
     assert all(math.isfinite(log[f"vllm_is/{name}"]) for name in DIAGNOSTICS)
 
