@@ -45,7 +45,7 @@ from grpo_hub.training.input_checks import (
 from grpo_hub.training.model_card import write_card_files
 from grpo_hub.training.reference import attach_reference_adapter, strip_reference_adapter
 from grpo_hub.training.run_record import run_record
-from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback
+from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback, signature_columns
 from grpo_hub.training.turns import TurnCredit, turn_ids_from_tool_mask
 from grpo_hub.training.vllm_runtime import is_settings, log_is_diagnostics, prepare_vllm_generation
 
@@ -131,6 +131,13 @@ class GRPOHubTrainer(GRPOTrainer):
         self._selector_callback = SelectiveRolloutCallback(selector)
         self.add_callback(self._selector_callback)
         return selector
+
+    def _set_signature_columns_if_needed(self):
+        """TRL's kept columns (`remove_unused_columns=True`), plus the selective-rollout id column."""
+        super()._set_signature_columns_if_needed()
+        self._signature_columns = signature_columns(
+            self._signature_columns, self.args.selective_rollout_id_column
+        )
 
     def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` of every rank, concatenated along dim 0 (moved to this rank's device first)."""

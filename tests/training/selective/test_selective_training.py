@@ -140,3 +140,26 @@ def test_a_missing_id_column_is_named(tmp_path, tiny_model_dir):
     )
     with pytest.raises(ValueError, match="`selective_rollout_id_column`"):
         trainer.train()
+
+
+@pytest.mark.parametrize("remove_unused_columns", [False, True], ids=["trl_default", "remove_unused_columns"])
+def test_the_id_column_is_kept_with_remove_unused_columns(tmp_path, tiny_model_dir, remove_unused_columns):
+    """TRL's GRPOConfig keeps every column by default; with remove_unused_columns=True transformers keeps only the
+    trainer's signature columns, and the id column must be one of them (the prompts are keyed by it)."""
+    assert GRPOConfig.__dataclass_fields__["remove_unused_columns"].default is False  # TRL 1.16's default
+    args = tiny_config(
+        tmp_path,
+        **BATCH,
+        max_steps=2,
+        selective_rollout=True,
+        selective_rollout_id_column="uid",
+        remove_unused_columns=remove_unused_columns,
+    )
+    data = graded_dataset(32).add_column("uid", [f"u{i}" for i in range(32)])
+    trainer = make_trainer(GRPOHubTrainer, tiny_model_dir, args, reward_funcs=[graded_reward], dataset=data)
+    trainer.train()
+    from grpo_hub.training.selective_rollout import prompt_id
+
+    ids = {prompt_id({"uid": f"u{i}"}, "uid") for i in range(32)}
+    decided = [prompt for prompt, _ in trainer._selector.decisions]
+    assert decided and set(decided) <= ids
