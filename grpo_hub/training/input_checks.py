@@ -7,12 +7,19 @@
   into NaN: it is an error naming the reward function and the rows. Rewards arrive gathered over all ranks, so
   every rank raises together.
 - Advantages are checked once more (all ranks' values): finite rewards can still overflow (e.g. 1e38 in float32).
+- A reward function's output is read as TRL reads it (iterate, None -> NaN, one float32 per completion); what TRL
+  cannot read (a single float, strings, an (N, 1) array or nested list, the wrong length) is an error naming the
+  reward function and what it returned, raised on the rank that called it, before TRL's conversion fails without a
+  name. The callables are wrapped (`checked_reward_funcs`) only while TRL scores; reward models are left alone.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
+from trl.trainer.utils import is_async_callable
 
 SHOWN_ROWS = 10  # at most this many row indices in a message
 
@@ -89,3 +96,75 @@ def check_advantages_finite(advantages: torch.Tensor) -> None:
             f"`reward_funcs`: {bad} of {advantages.numel()} advantages of the generation batch are not finite (the "
             "rewards overflow float32 arithmetic). Fix: scale the rewards down, or set reward_clip / reward_norm."
         )
+
+
+def _describe(output) -> str:
+    """Type and shape (array, tensor), length and element types (list, tuple), or a short repr of `output`."""
+    kind = type(output).__name__
+    if isinstance(output, (np.ndarray, torch.Tensor)):
+        return f"{kind} of shape {tuple(output.shape)}"
+    if isinstance(output, (list, tuple)):
+        elements = ", ".join(sorted({type(v).__name__ for v in output}))
+        return f"{kind} of {len(output)} values ({elements or 'empty'})"
+    text = repr(output)
+    return f"{kind} {text[:40] + '...' if len(text) > 40 else text}"
+
+
+def check_reward_output(output, name: str, num_completions: int) -> list:
+    """`output` as a list, when TRL can read it as one float32 per completion; else raise naming `name`.
+
+    TRL 1.16 (`GRPOTrainer._calculate_rewards`) iterates the output, maps None to NaN, checks the length and
+    converts with `torch.tensor(..., dtype=float32)` into a column of `num_completions` rewards: a list of
+    numbers/None, a 1-D array or tensor, a generator all pass. The list returned here is read by TRL as before.
+    """
+
+    def refuse(problem: str):
+        raise ValueError(
+            f"`reward_funcs`: reward function {name!r} returned {_describe(output)} for {num_completions} "
+            f"completions; {problem} Fix: return one float, or None, per completion (a list of {num_completions} "
+            "values, or a 1-D numpy array or tensor)."
+        )
+
+    if isinstance(output, (str, bytes)):
+        refuse("text is not a reward.")
+    try:
+        values = list(output)
+    except TypeError:
+        refuse("it is not a sequence of rewards.")
+    if len(values) != num_completions:
+        refuse(f"{len(values)} rewards do not match the completions.")
+    try:
+        read = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float32)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as error:
+        refuse(f"the values are not numbers ({error}).")
+    if read.shape != (num_completions,):
+        refuse(f"the values are not single numbers (they read as shape {tuple(read.shape)}).")
+    return values
+
+
+def checked_reward_funcs(reward_funcs: list, names: list[str]) -> list:
+    """`reward_funcs` with each callable wrapped so its output passes `check_reward_output` on its way to TRL.
+
+    TRL calls reward functions with keyword arguments (`prompts=...`); an async one stays async (TRL gathers the
+    coroutines). Reward models (`nn.Module`) are returned unchanged: TRL reads their logits itself.
+    """
+    return [
+        func if isinstance(func, torch.nn.Module) else _checked(func, name)
+        for func, name in zip(reward_funcs, names, strict=True)
+    ]
+
+
+def _checked(func, name: str):
+    if is_async_callable(func):
+
+        async def checked(*args, **kwargs):
+            return check_reward_output(await func(*args, **kwargs), name, len(kwargs["prompts"]))
+
+    else:
+
+        def checked(*args, **kwargs):
+            return check_reward_output(func(*args, **kwargs), name, len(kwargs["prompts"]))
+
+    checked.__name__ = checked.__qualname__ = name
+    checked.__wrapped__ = func
+    return checked

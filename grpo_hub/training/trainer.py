@@ -41,6 +41,7 @@ from grpo_hub.training.input_checks import (
     check_batch_prompts,
     check_dataset_prompts,
     check_rewards_finite,
+    checked_reward_funcs,
 )
 from grpo_hub.training.model_card import write_card_files
 from grpo_hub.training.reference import attach_reference_adapter, strip_reference_adapter
@@ -190,7 +191,12 @@ class GRPOHubTrainer(GRPOTrainer):
 
     # --- seam 1: rewards ---
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        funcs = self.reward_funcs
+        self.reward_funcs = checked_reward_funcs(funcs, self.reward_func_names)
+        try:  # each reward function's output is checked before TRL reads it (input_checks)
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:
+            self.reward_funcs = funcs
         check_rewards_finite(rewards_per_func, self.reward_func_names)
         args = self.args
         if args.reward_clip is not None or args.reward_norm is not None:
