@@ -2,7 +2,8 @@
 
 - An empty prompt tokenizes to zero tokens and crashes inside `generate` (`Expected tensor for argument #1
   'indices'`, plain TRL too): a map-style dataset is scanned at start-up (error with the dataset row), and each
-  batch is checked before generation (iterable datasets have no row index).
+  batch is checked before generation (iterable datasets have no row index). A row or dataset with no "prompt" at
+  all is TRL's environment-owned data when `environment_factory` is given (reset() supplies the prompt): accepted.
 - A reward of +-inf (NaN and None mean "not scored" in TRL and are kept) turns the advantages, then the weights,
   into NaN: it is an error naming the reward function and the rows. Rewards arrive gathered over all ranks, so
   every rank raises together.
@@ -31,7 +32,8 @@ def _rows_text(rows) -> str:
 
 
 def empty_prompt_rows(dataset) -> list[int]:
-    """Rows of a `datasets.Dataset` whose "prompt" is empty ("" or no messages) or missing; [] for other data."""
+    """Rows of a `datasets.Dataset` whose "prompt" is empty ("" or no messages) or null; [] for other data and for a
+    dataset without a "prompt" column (environment-owned prompts; without an environment the batch check refuses)."""
     from datasets import Dataset
 
     if not isinstance(dataset, Dataset) or "prompt" not in dataset.column_names:
@@ -61,9 +63,18 @@ def check_dataset_prompts(datasets: dict) -> None:
             )
 
 
-def check_batch_prompts(inputs: list[dict]) -> None:
-    """Raise before generation when a prompt of the batch is empty (data without a row index, e.g. iterable)."""
-    rows = [i for i, row in enumerate(inputs) if row.get("prompt") is None or len(row["prompt"]) == 0]
+def check_batch_prompts(inputs: list[dict], environment_prompts: bool = False) -> None:
+    """Raise before generation when a prompt of the batch is empty (data without a row index, e.g. iterable).
+
+    `environment_prompts` (TRL's `environment_factory`): a row may leave out "prompt", the environment's reset()
+    supplies it (TRL 1.16 `_generate_and_score_completions`); a "prompt" that is there and empty still crashes.
+    """
+    rows = [
+        i
+        for i, row in enumerate(inputs)
+        if not (environment_prompts and "prompt" not in row)
+        and (row.get("prompt") is None or len(row["prompt"]) == 0)
+    ]
     if rows:
         raise ValueError(
             f"`train_dataset`: empty prompt at position(s) {_rows_text(rows)} of a batch; an empty prompt has no "

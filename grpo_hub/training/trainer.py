@@ -262,7 +262,7 @@ class GRPOHubTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         if mode == "train" and self._selector is not None:  # GRESO: skip predicted zero-signal prompts
             inputs = self._selector.select(inputs)
-        check_batch_prompts(inputs)
+        check_batch_prompts(inputs, environment_prompts=self.environment_factories is not None)
         output = super()._generate_and_score_completions(inputs)
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         rank_rows = slice(

@@ -9,7 +9,12 @@ import torch
 from datasets import Dataset, IterableDataset
 from trl import GRPOConfig, GRPOTrainer
 
-from grpo_hub.training.input_checks import check_reward_output, checked_reward_funcs, empty_prompt_rows
+from grpo_hub.training.input_checks import (
+    check_batch_prompts,
+    check_reward_output,
+    checked_reward_funcs,
+    empty_prompt_rows,
+)
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import make_trainer, tiny_config
 from tests.training.test_equivalence import scored_batch
@@ -133,6 +138,58 @@ def test_empty_prompt_is_rejected_at_start_with_its_row(tmp_path, tiny_model_dir
             dataset=good,
             eval_dataset={"held": Dataset.from_dict({"prompt": ["", "x"]})},
         )
+
+
+def test_rows_without_a_prompt_pass_when_an_environment_supplies_it():
+    """With `environment_factory`, TRL lets a row omit "prompt": the environment's reset() supplies it."""
+    rows = [{"environment": "counter"}, {"level": 3}]
+    check_batch_prompts(rows, environment_prompts=True)
+    with pytest.raises(ValueError, match=r"^`train_dataset`: empty prompt at position\(s\) 0, 1 of a batch"):
+        check_batch_prompts(rows, environment_prompts=False)
+    for empty in ("", [], None):  # these crash plain TRL with an environment too
+        with pytest.raises(ValueError, match=r"position\(s\) 1 of a batch"):
+            check_batch_prompts([{"prompt": "hi"}, {"prompt": empty}], environment_prompts=True)
+
+
+def test_environment_owned_prompts_train(tmp_path, tiny_model_dir):
+    """A dataset with no "prompt" column, each prompt coming from the environment's reset() (TRL's environment-owned
+    data): the empty-prompt checks must let it train, as plain TRL does."""
+    from grpo_hub.tasks.tool_task import tool_tokenizer
+    from tests.helpers import load_model
+
+    resets = []
+
+    class CounterEnvironment:
+        def reset(self, **kwargs):
+            resets.append(kwargs)
+            return f"Count to {kwargs['level']}."
+
+        def increment(self, step: int) -> int:
+            """
+            Increment the counter.
+
+            Args:
+                step: Value to add to the counter.
+
+            Returns:
+                The updated counter value.
+            """
+            return step
+
+    def length_reward(completions, **kwargs):
+        return [float(len(str(c)) % 3) for c in completions]
+
+    model, _ = load_model(tiny_model_dir)
+    trainer = GRPOHubTrainer(
+        model=model,
+        reward_funcs=[length_reward],
+        args=tiny_config(tmp_path),
+        train_dataset=Dataset.from_dict({"level": list(range(8))}),
+        processing_class=tool_tokenizer(tiny_model_dir),
+        environment_factory=CounterEnvironment,
+    )
+    trainer.train()
+    assert resets and all("level" in kwargs and "prompt" not in kwargs for kwargs in resets)
 
 
 def test_empty_prompt_of_an_iterable_dataset_fails_before_generation(tmp_path, tiny_model_dir):
