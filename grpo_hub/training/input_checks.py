@@ -136,7 +136,7 @@ def check_reward_output(output, name: str, num_completions: int) -> list:
             "values, or a 1-D numpy array or tensor)."
         )
 
-    if isinstance(output, (str, bytes)):
+    if isinstance(output, str):  # TRL reads its characters, and fails on them
         refuse("text is not a reward.")
     try:
         values = list(output)
