@@ -26,6 +26,8 @@ TRL_SEAMS = {
         "trial",
     ],
     "_load_rng_state": ["self", "checkpoint"],
+    # the columns `remove_unused_columns=True` keeps (TRL overrides it): the selective-rollout id column is added
+    "_set_signature_columns_if_needed": ["self"],
 }
 
 

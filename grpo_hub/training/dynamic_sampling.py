@@ -171,7 +171,9 @@ class DynamicSampler:
         kept_groups = sum(int(groups.sum()) for groups in kept)
         metrics = self.metrics
         metrics["dynamic_sampling/rounds"].append(float(rounds))
-        metrics["dynamic_sampling/informative_frac"].append(sum(int(g.sum()) for g in informative) / generated)
+        metrics["dynamic_sampling/informative_frac"].append(
+            sum(int(g.sum()) for g in informative) / generated
+        )
         metrics["dynamic_sampling/rows_generated"].append(float(generated * self.group_size))
         metrics["dynamic_sampling/rows_trained"].append(float(kept_groups * self.group_size))
         metrics["dynamic_sampling/cap_hit"].append(float(kept_groups < self.target))

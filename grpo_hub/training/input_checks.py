@@ -2,17 +2,25 @@
 
 - An empty prompt tokenizes to zero tokens and crashes inside `generate` (`Expected tensor for argument #1
   'indices'`, plain TRL too): a map-style dataset is scanned at start-up (error with the dataset row), and each
-  batch is checked before generation (iterable datasets have no row index).
+  batch is checked before generation (iterable datasets have no row index). A row or dataset with no "prompt" at
+  all is TRL's environment-owned data when `environment_factory` is given (reset() supplies the prompt): accepted.
 - A reward of +-inf (NaN and None mean "not scored" in TRL and are kept) turns the advantages, then the weights,
   into NaN: it is an error naming the reward function and the rows. Rewards arrive gathered over all ranks, so
   every rank raises together.
 - Advantages are checked once more (all ranks' values): finite rewards can still overflow (e.g. 1e38 in float32).
+- A reward function's output is read as TRL reads it (iterate, None -> NaN, one float32 per completion); what TRL
+  cannot read (a single float, strings, an (N, 1) array or nested list, the wrong length) is an error naming the
+  reward function and what it returned, raised on the rank that called it, before TRL's conversion fails without a
+  name. The callables are wrapped (`checked_reward_funcs`) only while TRL scores; reward models are left alone.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
+from trl.trainer.utils import is_async_callable
 
 SHOWN_ROWS = 10  # at most this many row indices in a message
 
@@ -24,7 +32,8 @@ def _rows_text(rows) -> str:
 
 
 def empty_prompt_rows(dataset) -> list[int]:
-    """Rows of a `datasets.Dataset` whose "prompt" is empty ("" or no messages) or missing; [] for other data."""
+    """Rows of a `datasets.Dataset` whose "prompt" is empty ("" or no messages) or null; [] for other data and for a
+    dataset without a "prompt" column (environment-owned prompts; without an environment the batch check refuses)."""
     from datasets import Dataset
 
     if not isinstance(dataset, Dataset) or "prompt" not in dataset.column_names:
@@ -54,9 +63,18 @@ def check_dataset_prompts(datasets: dict) -> None:
             )
 
 
-def check_batch_prompts(inputs: list[dict]) -> None:
-    """Raise before generation when a prompt of the batch is empty (data without a row index, e.g. iterable)."""
-    rows = [i for i, row in enumerate(inputs) if row.get("prompt") is None or len(row["prompt"]) == 0]
+def check_batch_prompts(inputs: list[dict], environment_prompts: bool = False) -> None:
+    """Raise before generation when a prompt of the batch is empty (data without a row index, e.g. iterable).
+
+    `environment_prompts` (TRL's `environment_factory`): a row may leave out "prompt", the environment's reset()
+    supplies it (TRL 1.16 `_generate_and_score_completions`); a "prompt" that is there and empty still crashes.
+    """
+    rows = [
+        i
+        for i, row in enumerate(inputs)
+        if not (environment_prompts and "prompt" not in row)
+        and (row.get("prompt") is None or len(row["prompt"]) == 0)
+    ]
     if rows:
         raise ValueError(
             f"`train_dataset`: empty prompt at position(s) {_rows_text(rows)} of a batch; an empty prompt has no "
@@ -112,3 +130,75 @@ def check_trainer_options(
             "`token_level_kl_coef`: needs reference log-probs, which TRL only has with beta != 0 or a PEFT "
             "model. Fix: set beta > 0 or train a LoRA adapter (peft_config=...)."
         )
+
+
+def _describe(output) -> str:
+    """Type and shape (array, tensor), length and element types (list, tuple), or a short repr of `output`."""
+    kind = type(output).__name__
+    if isinstance(output, (np.ndarray, torch.Tensor)):
+        return f"{kind} of shape {tuple(output.shape)}"
+    if isinstance(output, (list, tuple)):
+        elements = ", ".join(sorted({type(v).__name__ for v in output}))
+        return f"{kind} of {len(output)} values ({elements or 'empty'})"
+    text = repr(output)
+    return f"{kind} {text[:40] + '...' if len(text) > 40 else text}"
+
+
+def check_reward_output(output, name: str, num_completions: int) -> list:
+    """`output` as a list, when TRL can read it as one float32 per completion; else raise naming `name`.
+
+    TRL 1.16 (`GRPOTrainer._calculate_rewards`) iterates the output, maps None to NaN, checks the length and
+    converts with `torch.tensor(..., dtype=float32)` into a column of `num_completions` rewards: a list of
+    numbers/None, a 1-D array or tensor, a generator all pass. The list returned here is read by TRL as before.
+    """
+
+    def refuse(problem: str):
+        raise ValueError(
+            f"`reward_funcs`: reward function {name!r} returned {_describe(output)} for {num_completions} "
+            f"completions; {problem} Fix: return one float, or None, per completion (a list of {num_completions} "
+            "values, or a 1-D numpy array or tensor)."
+        )
+
+    if isinstance(output, str):  # TRL reads its characters, and fails on them
+        refuse("text is not a reward.")
+    try:
+        values = list(output)
+    except TypeError:
+        refuse("it is not a sequence of rewards.")
+    if len(values) != num_completions:
+        refuse(f"{len(values)} rewards do not match the completions.")
+    try:
+        read = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float32)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as error:
+        refuse(f"the values are not numbers ({error}).")
+    if read.shape != (num_completions,):
+        refuse(f"the values are not single numbers (they read as shape {tuple(read.shape)}).")
+    return values
+
+
+def checked_reward_funcs(reward_funcs: list, names: list[str]) -> list:
+    """`reward_funcs` with each callable wrapped so its output passes `check_reward_output` on its way to TRL.
+
+    TRL calls reward functions with keyword arguments (`prompts=...`); an async one stays async (TRL gathers the
+    coroutines). Reward models (`nn.Module`) are returned unchanged: TRL reads their logits itself.
+    """
+    return [
+        func if isinstance(func, torch.nn.Module) else _checked(func, name)
+        for func, name in zip(reward_funcs, names, strict=True)
+    ]
+
+
+def _checked(func, name: str):
+    if is_async_callable(func):
+
+        async def checked(*args, **kwargs):
+            return check_reward_output(await func(*args, **kwargs), name, len(kwargs["prompts"]))
+
+    else:
+
+        def checked(*args, **kwargs):
+            return check_reward_output(func(*args, **kwargs), name, len(kwargs["prompts"]))
+
+    checked.__name__ = checked.__qualname__ = name
+    checked.__wrapped__ = func
+    return checked

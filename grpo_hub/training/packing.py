@@ -108,4 +108,6 @@ class MicroStepPacker:
         self.plan = packing_plan(
             rows, self.num_iterations, self.accumulation_steps, self.window_position, self.batch_size
         )
-        self.metrics["zero_signal/micro_steps_run"].append(float(sum(entry is not None for entry in self.plan)))
+        self.metrics["zero_signal/micro_steps_run"].append(
+            float(sum(entry is not None for entry in self.plan))
+        )

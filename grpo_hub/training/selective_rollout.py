@@ -3,7 +3,8 @@
 The rule and its source are in `grpo_hub.algos.selection`. This module is the trainer glue:
 
 - Prompt id: a hash (blake2b, 64 bit) of the dataset column `selective_rollout_id_column`, else of the prompt
-  (text or chat messages, JSON-encoded), so the id is the same on every rank, run and resume.
+  (text or chat messages, JSON-encoded), so the id is the same on every rank, run and resume. The id column is one
+  of the trainer's signature columns (`signature_columns`), so `remove_unused_columns=True` keeps it.
 - `SelectiveRollout.select(inputs)`: gathers the generation batch of every rank (TRL's RepeatSampler puts each
   prompt `num_generations` times in a row; rank k holds rows [k·n, (k+1)·n)), decides per group with the shared
   generator (seeded from `args.seed`; every rank holds the same history and draws the same numbers, so every
@@ -55,6 +56,12 @@ def prompt_id(row: dict, column: str | None) -> int:
         )
     text = json.dumps(row[key], sort_keys=True, default=str)
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
+
+
+def signature_columns(columns: list[str], id_column: str | None) -> list[str]:
+    """The dataset columns the trainer keeps under `remove_unused_columns=True` (TRL's: prompt, image, images),
+    plus the id column, which the prompt ids are read from."""
+    return columns if id_column is None or id_column in columns else [*columns, id_column]
 
 
 def _groups(rows: list, group_size: int) -> list[list]:

@@ -34,13 +34,18 @@ from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.config import GRPOHubConfig
 from grpo_hub.training.dynamic_sampling import DynamicSampler
 from grpo_hub.training.finite_guard import FiniteGradientsCallback
-from grpo_hub.training.input_checks import check_batch_prompts, check_rewards_finite, check_trainer_options
+from grpo_hub.training.input_checks import (
+    check_batch_prompts,
+    check_rewards_finite,
+    check_trainer_options,
+    checked_reward_funcs,
+)
 from grpo_hub.training.model_card import write_card_files
 from grpo_hub.training.own_loss import OwnLossSettings, own_loss
 from grpo_hub.training.packing import MicroStepPacker
 from grpo_hub.training.reference import attach_reference_adapter, strip_reference_adapter
 from grpo_hub.training.run_record import run_record
-from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback
+from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback, signature_columns
 from grpo_hub.training.turns import TurnCredit
 from grpo_hub.training.vllm_runtime import is_settings, log_is_diagnostics, prepare_vllm_generation
 
@@ -138,6 +143,13 @@ class GRPOHubTrainer(GRPOTrainer):
         self.add_callback(self._selector_callback)
         return selector
 
+    def _set_signature_columns_if_needed(self):
+        """TRL's kept columns (`remove_unused_columns=True`), plus the selective-rollout id column."""
+        super()._set_signature_columns_if_needed()
+        self._signature_columns = signature_columns(
+            self._signature_columns, self.args.selective_rollout_id_column
+        )
+
     def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` of every rank, concatenated along dim 0 (moved to this rank's device first)."""
         return self.accelerator.gather(tensor.to(self.accelerator.device))
@@ -164,7 +176,12 @@ class GRPOHubTrainer(GRPOTrainer):
 
     # --- seam 1: rewards ---
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        funcs = self.reward_funcs
+        self.reward_funcs = checked_reward_funcs(funcs, self.reward_func_names)
+        try:  # each reward function's output is checked before TRL reads it (input_checks)
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:
+            self.reward_funcs = funcs
         check_rewards_finite(rewards_per_func, self.reward_func_names)
         args = self.args
         if args.reward_clip is not None or args.reward_norm is not None:
@@ -230,7 +247,7 @@ class GRPOHubTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         if mode == "train" and self._selector is not None:  # GRESO: skip predicted zero-signal prompts
             inputs = self._selector.select(inputs)
-        check_batch_prompts(inputs)
+        check_batch_prompts(inputs, environment_prompts=self.environment_factories is not None)
         output = super()._generate_and_score_completions(inputs)
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         rank_rows = slice(

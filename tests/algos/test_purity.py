@@ -12,9 +12,12 @@ HEAVY = {"trl", "transformers", "peft", "accelerate", "datasets", "deepspeed", "
 
 
 def test_the_whole_algos_folder_is_checked():
-    assert {"grpo_hub.algos.advantages", "grpo_hub.algos.losses", "grpo_hub.algos.filtering", "grpo_hub.algos.packing"} <= set(
-        PURE_MODULES
-    )
+    assert {
+        "grpo_hub.algos.advantages",
+        "grpo_hub.algos.losses",
+        "grpo_hub.algos.filtering",
+        "grpo_hub.algos.packing",
+    } <= set(PURE_MODULES)
 
 
 def test_pure_modules_import_no_training_stack():

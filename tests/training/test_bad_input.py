@@ -1,14 +1,23 @@
 """Bad data and bad rewards fail at once with the dataset row or the reward function named, weights untouched."""
 
+import asyncio
 import math
 
+import numpy as np
 import pytest
 import torch
 from datasets import Dataset, IterableDataset
+from trl import GRPOConfig, GRPOTrainer
 
-from grpo_hub.training.input_checks import empty_prompt_rows
+from grpo_hub.training.input_checks import (
+    check_batch_prompts,
+    check_reward_output,
+    checked_reward_funcs,
+    empty_prompt_rows,
+)
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import make_trainer, tiny_config
+from tests.training.test_equivalence import scored_batch
 
 PROMPTS = [f"Write only digits: {i}" for i in range(8)]
 
@@ -131,6 +140,58 @@ def test_empty_prompt_is_rejected_at_start_with_its_row(tmp_path, tiny_model_dir
         )
 
 
+def test_rows_without_a_prompt_pass_when_an_environment_supplies_it():
+    """With `environment_factory`, TRL lets a row omit "prompt": the environment's reset() supplies it."""
+    rows = [{"environment": "counter"}, {"level": 3}]
+    check_batch_prompts(rows, environment_prompts=True)
+    with pytest.raises(ValueError, match=r"^`train_dataset`: empty prompt at position\(s\) 0, 1 of a batch"):
+        check_batch_prompts(rows, environment_prompts=False)
+    for empty in ("", [], None):  # these crash plain TRL with an environment too
+        with pytest.raises(ValueError, match=r"position\(s\) 1 of a batch"):
+            check_batch_prompts([{"prompt": "hi"}, {"prompt": empty}], environment_prompts=True)
+
+
+def test_environment_owned_prompts_train(tmp_path, tiny_model_dir):
+    """A dataset with no "prompt" column, each prompt coming from the environment's reset() (TRL's environment-owned
+    data): the empty-prompt checks must let it train, as plain TRL does."""
+    from grpo_hub.tasks.tool_task import tool_tokenizer
+    from tests.helpers import load_model
+
+    resets = []
+
+    class CounterEnvironment:
+        def reset(self, **kwargs):
+            resets.append(kwargs)
+            return f"Count to {kwargs['level']}."
+
+        def increment(self, step: int) -> int:
+            """
+            Increment the counter.
+
+            Args:
+                step: Value to add to the counter.
+
+            Returns:
+                The updated counter value.
+            """
+            return step
+
+    def length_reward(completions, **kwargs):
+        return [float(len(str(c)) % 3) for c in completions]
+
+    model, _ = load_model(tiny_model_dir)
+    trainer = GRPOHubTrainer(
+        model=model,
+        reward_funcs=[length_reward],
+        args=tiny_config(tmp_path),
+        train_dataset=Dataset.from_dict({"level": list(range(8))}),
+        processing_class=tool_tokenizer(tiny_model_dir),
+        environment_factory=CounterEnvironment,
+    )
+    trainer.train()
+    assert resets and all("level" in kwargs and "prompt" not in kwargs for kwargs in resets)
+
+
 def test_empty_prompt_of_an_iterable_dataset_fails_before_generation(tmp_path, tiny_model_dir):
     def rows():
         for i, prompt in enumerate(PROMPTS):
@@ -141,3 +202,121 @@ def test_empty_prompt_of_an_iterable_dataset_fails_before_generation(tmp_path, t
     )
     with pytest.raises(ValueError, match=r"^`train_dataset`: empty prompt at position\(s\) \d"):
         trainer.train()
+
+
+# --- reward functions whose output TRL cannot read: named before TRL converts it ---
+
+MALFORMED = {  # output for n completions -> what the message must say about it
+    "float": (lambda n: 0.5, r"returned float 0\.5"),
+    "strings": (lambda n: ["1.0"] * n, r"returned list of 8 values \(str"),
+    "string": (lambda n: "1.0", r"returned str '1\.0'"),
+    "column_array": (lambda n: np.ones((n, 1)), r"returned ndarray of shape \(8, 1\)"),
+    "nested_list": (lambda n: [[1.0]] * n, r"returned list of 8 values \(list"),
+    "wrong_length": (lambda n: [1.0] * (n - 1), r"returned list of 7 values \(float"),
+    "none": (lambda n: None, r"returned NoneType None"),
+    "scalar_tensor": (lambda n: torch.tensor(0.5), r"returned Tensor of shape \(\)"),
+}
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED))
+def test_malformed_reward_output_is_named(kind):
+    make, said = MALFORMED[kind]
+    with pytest.raises(
+        ValueError, match=rf"^`reward_funcs`: reward function 'my_reward' {said}.* for 8 completions"
+    ):
+        check_reward_output(make(8), "my_reward", 8)
+    with pytest.raises(ValueError, match=r"Fix: return one float, or None, per completion"):
+        check_reward_output(make(8), "my_reward", 8)
+
+
+VALID = {  # outputs plain TRL reads, and the rewards it reads from them
+    "floats": ([1.0, 2.5, 0.0], [1.0, 2.5, 0.0]),
+    "ints_and_bools": ([1, True, 0], [1.0, 1.0, 0.0]),
+    "none_and_nan": ([None, math.nan, 1.0], [math.nan, math.nan, 1.0]),
+    "numpy": (np.array([1.0, 2.0, 3.0]), [1.0, 2.0, 3.0]),
+    "numpy_ints": (np.array([1, 2, 3]), [1.0, 2.0, 3.0]),
+    "tensor": (torch.tensor([1.0, 2.0, 3.0]), [1.0, 2.0, 3.0]),
+    "numpy_scalars": ([np.float32(1.0), np.int64(2), np.float64(3.0)], [1.0, 2.0, 3.0]),
+    "scalar_tensors": ([torch.tensor(1.0), torch.tensor(2.0), torch.tensor(3.0)], [1.0, 2.0, 3.0]),
+    "tuple": ((1.0, 2.0, 3.0), [1.0, 2.0, 3.0]),
+    "generator": ((x for x in (1.0, 2.0, 3.0)), [1.0, 2.0, 3.0]),
+}
+
+
+@pytest.mark.parametrize("kind", list(VALID))
+def test_valid_reward_output_reads_as_in_trl(kind):
+    output, expected = VALID[kind]
+    values = check_reward_output(output, "my_reward", 3)
+    read = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float32)  # TRL's reading
+    assert torch.equal(read.isnan(), torch.tensor([math.isnan(x) for x in expected]))
+    assert torch.equal(read.nan_to_num(-7.0), torch.tensor(expected).nan_to_num(-7.0))
+
+
+def test_checked_reward_funcs_keep_models_names_and_async():
+    model = torch.nn.Linear(1, 1)
+
+    def sync_reward(prompts, completions, **kwargs):
+        return [1.0] * len(prompts)
+
+    async def async_reward(prompts, completions, **kwargs):
+        return 0.5
+
+    wrapped_model, wrapped_sync, wrapped_async = checked_reward_funcs(
+        [model, sync_reward, async_reward], ["model", "sync_reward", "async_reward"]
+    )
+    assert wrapped_model is model
+    assert wrapped_sync(prompts=["a", "b"], completions=["x", "y"]) == [1.0, 1.0]
+    assert wrapped_sync.__name__ == "sync_reward"
+    from trl.trainer.utils import is_async_callable
+
+    assert is_async_callable(wrapped_async) and not is_async_callable(wrapped_sync)
+    with pytest.raises(
+        ValueError, match=r"^`reward_funcs`: reward function 'async_reward' returned float 0\.5"
+    ):
+        asyncio.run(wrapped_async(prompts=["a", "b"], completions=["x", "y"]))
+
+
+@pytest.mark.parametrize("kind", ["float", "strings", "column_array", "nested_list", "wrong_length"])
+def test_malformed_reward_output_fails_naming_the_function(tmp_path, tiny_model_dir, kind):
+    make, said = MALFORMED[kind]
+
+    def shaped_reward(completions, **kwargs):
+        return make(len(completions))
+
+    trainer = make_trainer(
+        GRPOHubTrainer,
+        tiny_model_dir,
+        tiny_config(tmp_path),
+        reward_funcs=[shaped_reward],
+        dataset=Dataset.from_dict({"prompt": PROMPTS}),
+    )
+    before = _snapshot(trainer)
+    with pytest.raises(ValueError, match=rf"^`reward_funcs`: reward function 'shaped_reward' {said}"):
+        trainer.train()
+    after = _snapshot(trainer)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert trainer.reward_funcs == [shaped_reward]  # the user's functions, not the checking wrappers
+
+
+def test_array_tensor_and_async_rewards_score_as_in_plain_trl(tmp_path, tiny_model_dir):
+    def array_reward(completion_ids, **kwargs):
+        return np.array([float(sum(ids) % 5) for ids in completion_ids])
+
+    def tensor_reward(completion_ids, **kwargs):
+        return torch.tensor(
+            [float(len(ids) % 3) if i % 3 else math.nan for i, ids in enumerate(completion_ids)]
+        )
+
+    async def async_reward(completion_ids, **kwargs):
+        return [float(ids[0] % 2) if i % 4 else None for i, ids in enumerate(completion_ids)]
+
+    funcs = [array_reward, tensor_reward, async_reward]
+    data = Dataset.from_dict({"prompt": PROMPTS})
+    plain = make_trainer(GRPOTrainer, tiny_model_dir, tiny_config(tmp_path, GRPOConfig), funcs, data)
+    hub = make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path), funcs, data)
+    plain_batch, hub_batch = scored_batch(plain), scored_batch(hub)
+    assert torch.equal(plain_batch["advantages"], hub_batch["advantages"])
+    for name in ("array_reward", "tensor_reward", "async_reward"):
+        assert (
+            plain._metrics["train"][f"rewards/{name}/mean"] == hub._metrics["train"][f"rewards/{name}/mean"]
+        )

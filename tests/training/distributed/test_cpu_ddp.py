@@ -77,7 +77,9 @@ def test_rank_with_every_row_filtered_trains_like_trl(runs):
         kept = entry["zero_signal/rows_trained"]
         assert 0 < kept <= 2 * ROWS_PER_RANK  # rank 0's rows of its 2 micro-batches
         assert entry["zero_signal/rows_padded"] == kept, "rank 1 pads up to rank 0's kept rows"
-        assert entry["zero_signal/micro_steps_run"] == math.ceil(kept / ROWS_PER_RANK)  # rank 1 pads each of them
+        assert entry["zero_signal/micro_steps_run"] == math.ceil(
+            kept / ROWS_PER_RANK
+        )  # rank 1 pads each of them
         assert entry["loss"] == pytest.approx(trl_entry["loss"], rel=1e-3, abs=1e-6)
         assert entry["grad_norm"] == pytest.approx(trl_entry["grad_norm"], rel=1e-3)
 
@@ -91,7 +93,9 @@ def test_all_rows_filtered_on_both_ranks_is_a_no_op_step(runs):
         assert entry["zero_signal/frac_rows_dropped"] == 1.0
         assert entry["zero_signal/rows_trained"] == 0
         assert entry["zero_signal/rows_padded"] == 2 * 2  # ranks x steps_per_generation
-        assert entry["zero_signal/micro_steps_run"] == 1  # the one that ends the optimizer step, on one pad row
+        assert (
+            entry["zero_signal/micro_steps_run"] == 1
+        )  # the one that ends the optimizer step, on one pad row
         assert entry["loss"] == 0.0 and entry["grad_norm"] == 0.0
     for rank in result["ranks"]:
         assert rank["params_finite"] and rank["max_param_change"] == 0.0

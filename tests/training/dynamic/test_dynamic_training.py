@@ -54,7 +54,9 @@ def test_dynamic_sampling_trains_full_informative_batches_where_filtering_cannot
     forwards = trained_prompts(trainer)
     trainer.train()
     for entry in step_logs(trainer):
-        assert entry["dynamic_sampling/rows_trained"] == entry["zero_signal/rows_trained"] == 16.0  # 4 groups x 4
+        assert (
+            entry["dynamic_sampling/rows_trained"] == entry["zero_signal/rows_trained"] == 16.0
+        )  # 4 groups x 4
         assert entry["dynamic_sampling/rounds"] == 3.0 and entry["dynamic_sampling/rows_generated"] == 64.0
         assert entry["dynamic_sampling/informative_frac"] == 0.25 and entry["dynamic_sampling/cap_hit"] == 0.0
     assert len(forwards) == 3 * 16 and all(text.startswith("Write only digits") for text in forwards)
@@ -75,7 +77,9 @@ def test_target_groups_and_the_cap_train_on_what_was_collected(tmp_path, tiny_mo
     for entry in step_logs(trainer):
         assert entry["dynamic_sampling/rounds"] == 1.0  # the cap
         assert entry["dynamic_sampling/cap_hit"] == 1.0
-        assert entry["dynamic_sampling/rows_trained"] == 8.0  # the 2 informative groups found in 2 generation batches
+        assert (
+            entry["dynamic_sampling/rows_trained"] == 8.0
+        )  # the 2 informative groups found in 2 generation batches
     assert len(seen) == 2 * 2 * 4
 
 

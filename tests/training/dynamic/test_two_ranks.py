@@ -21,7 +21,9 @@ def test_two_ranks_agree_on_rounds_and_train_full_informative_batches():
     per_rank = [step_logs(rank) for rank in ranks]
     for entry0, entry1 in zip(*per_rank, strict=True):
         assert entry0["dynamic_sampling/rounds"] == entry1["dynamic_sampling/rounds"] >= 1
-        assert entry0["dynamic_sampling/rows_trained"] == entry1["dynamic_sampling/rows_trained"] == TARGET_ROWS
+        assert (
+            entry0["dynamic_sampling/rows_trained"] == entry1["dynamic_sampling/rows_trained"] == TARGET_ROWS
+        )
         assert entry0["dynamic_sampling/cap_hit"] == 0.0
     assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"], "the ranks' weights diverged"
     # every prompt of the consumed generation batches was scored on exactly one rank, none twice

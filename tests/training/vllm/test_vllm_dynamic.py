@@ -26,10 +26,14 @@ def test_refill_rounds_generate_with_vllm(request, ranks):
     assert [result["world_size"] for result in results] == [ranks] * ranks
     per_rank = [step_logs(result) for result in results]
     for entries in zip(*per_rank, strict=True):
-        assert len({entry["dynamic_sampling/rounds"] for entry in entries}) == 1, "ranks disagree on the rounds"
+        assert len({entry["dynamic_sampling/rounds"] for entry in entries}) == 1, (
+            "ranks disagree on the rounds"
+        )
         entry = entries[0]
         assert entry["dynamic_sampling/rounds"] >= 1
-        assert entry["dynamic_sampling/rows_trained"] == target_rows or entry["dynamic_sampling/cap_hit"] == 1.0
+        assert (
+            entry["dynamic_sampling/rows_trained"] == target_rows or entry["dynamic_sampling/cap_hit"] == 1.0
+        )
         assert math.isfinite(entry["loss"])
         assert math.isfinite(entry["sampling/importance_sampling_ratio/mean"])
     assert len({result["weight_checksum"] for result in results}) == 1
