@@ -47,6 +47,18 @@ class MicroStepPacker:
         self.window_position = 0  # micro-steps of the current optimizer step already run
         self.ready = None  # packed micro-batch handed to transformers' training_step
 
+    @classmethod
+    def from_config(cls, args, gather, num_iterations: int, pad_to_multiple_of: int | None, metrics: dict):
+        """The packer of a GRPOHubConfig: its accumulation steps and per-device micro-batch size."""
+        return cls(
+            gather,
+            num_iterations,
+            args.gradient_accumulation_steps,
+            args.per_device_train_batch_size,
+            pad_to_multiple_of,
+            metrics,
+        )
+
     def training_step(
         self,
         inputs,

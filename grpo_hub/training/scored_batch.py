@@ -1,18 +1,43 @@
 """Edits and logs of TRL's scored generation batch (the output of `_generate_and_score_completions`).
 
-Called from the trainer's `_score_round` with narrow inputs (tensors, settings, callables, the metrics dict):
-advantage recomputation (adv_norm, whitening, clipping, KL in the reward), geometric-mean vLLM IS weights,
+Called from the trainer's `_calculate_rewards` (reward clip / norm) and `_score_round` with narrow inputs (tensors, settings, callables, the metrics dict):
+advantage recomputation (adv_norm, whitening, clipping, KL in the reward),
 the advantage logs, the zero-signal kinds, and zero-signal row dropping (`drop_rows`). The formulas live in `grpo_hub.algos`.
 """
 
+import copy
 from collections.abc import Callable
 
 import torch
 
 from grpo_hub.algos import advantages as adv_fns
-from grpo_hub.algos import importance, losses
+from grpo_hub.algos import losses
 from grpo_hub.algos.filtering import agreed_row_count, keep_rows
 from grpo_hub.training.input_checks import check_advantages_finite
+
+
+class RewardTransform:
+    """reward_clip / reward_norm of each reward function's column (`algos.advantages.transform_rewards`, ROLL), with
+    the running moments of `reward_norm="running"` kept over training (an eval batch never updates them)."""
+
+    def __init__(self, args, num_funcs: int):
+        self.settings = {
+            "clip": args.reward_clip,
+            "norm": args.reward_norm,
+            "shift_only": args.reward_shift,
+            "scale_only": args.reward_scale,
+        }
+        self.active = args.reward_clip is not None or args.reward_norm is not None
+        self.moments = [adv_fns.RunningMoments() for _ in range(num_funcs)]
+
+    def __call__(self, rewards_per_func: torch.Tensor, training: bool) -> torch.Tensor:
+        columns = [
+            adv_fns.transform_rewards(
+                rewards_per_func[:, i], state=moments if training else copy.deepcopy(moments), **self.settings
+            )
+            for i, moments in enumerate(self.moments)
+        ]
+        return torch.stack(columns, dim=1)
 
 
 def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -50,22 +75,6 @@ def sequence_kl(output: dict, score_logps: Callable[[bool], torch.Tensor]) -> to
     ref = output.get("ref_per_token_logps")
     ref = score_logps(True) if ref is None else ref
     return (losses.kl_penalty(old, ref, kind="k1") * mask).sum(dim=1)
-
-
-def geometric_is_ratio(output: dict, mode: str, low: float, high: float) -> torch.Tensor:
-    """Sequence IS weight from the geometric mean of token ratios (TRL uses their product); `mode` is TRL's
-    `vllm_importance_sampling_mode`."""
-    mask = output["completion_mask"] * output.get("tool_mask", 1)
-    return importance.rollout_is_weights(  # a NaN sampler logprob: ratio 1, left out of the mean
-        output["old_per_token_logps"],
-        output["sampling_per_token_logps"],
-        mask,
-        level="sequence",
-        pooling="mean",
-        mode="truncate" if mode.endswith("truncate") else "mask",
-        low=low,
-        high=high,
-    )
 
 
 def log_advantages(everything: torch.Tensor, metrics: dict) -> None:

@@ -17,7 +17,6 @@ Every formula lives in `grpo_hub.algos`; the helpers of this wing get narrow inp
 from here. Nothing here copies TRL code.
 """
 
-import copy
 import functools
 
 import torch
@@ -47,7 +46,7 @@ from grpo_hub.training.reference import attach_reference_adapter, strip_referenc
 from grpo_hub.training.run_record import run_record
 from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback, signature_columns
 from grpo_hub.training.turns import TurnCredit
-from grpo_hub.training.vllm_runtime import is_settings, log_is_diagnostics, prepare_vllm_generation
+from grpo_hub.training.vllm_runtime import edit_is_weights, prepare_vllm_generation
 
 check_trl_seams(GRPOTrainer)
 
@@ -80,11 +79,11 @@ class GRPOHubTrainer(GRPOTrainer):
         )
         self.add_callback(FiniteGradientsCallback())  # weights never become NaN/inf
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
-        self._reward_moments = [adv_fns.RunningMoments() for _ in self.reward_funcs]
+        self._reward_transform = scored_batch.RewardTransform(args, len(self.reward_funcs))
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
         self._zero_signal_kinds = scored_batch.ZeroSignalKinds(
             args.zero_signal_eps
-        )  # top / bottom of rewards seen
+        )  # top / bottom rewards seen
         self._batch_stream = None  # the epoch read in generation batches, for refills and replacements
         self._resumed_from = None  # checkpoint whose stream position is being restored
         if args.dynamic_sampling or args.selective_rollout:
@@ -94,26 +93,18 @@ class GRPOHubTrainer(GRPOTrainer):
         self._selector = self._make_selector() if args.selective_rollout else None
         self._packer = None  # packing state (training.packing), under filtering with zero_signal_pack
         if args.packs_rows:
-            self._packer = MicroStepPacker(
-                self._gather,
-                self.num_iterations,
-                args.gradient_accumulation_steps,
-                args.per_device_train_batch_size,
-                self.pad_to_multiple_of,
-                self._metrics["train"],
+            self._packer = MicroStepPacker.from_config(
+                args, self._gather, self.num_iterations, self.pad_to_multiple_of, self._metrics["train"]
             )
         self._loss_settings = OwnLossSettings(  # the own loss path's settings: TRL's values resolved in its __init__
             self.loss_type, args.loss_agg_mode, self.importance_sampling_level, self.epsilon_low, self.epsilon_high,
             args.dual_clip_c, self.beta, args.use_bias_correction_kl, self.max_completion_length,
         )  # fmt: skip
-        self._turn_credit = None
+        self._turn_credit = None  # per-turn advantages (training.turns)
         if args.turn_advantages:
+            names, weights = self.reward_func_names, self.reward_weights
             self._turn_credit = TurnCredit(
-                self.reward_funcs,
-                self.reward_func_names,
-                self.reward_weights,
-                args.turn_advantages,
-                self._gather,
+                self.reward_funcs, names, weights, args.turn_advantages, self._gather
             )
 
     def _make_dynamic_sampler(self) -> DynamicSampler:
@@ -183,25 +174,11 @@ class GRPOHubTrainer(GRPOTrainer):
         finally:
             self.reward_funcs = funcs
         check_rewards_finite(rewards_per_func, self.reward_func_names)
-        args = self.args
-        if args.reward_clip is not None or args.reward_norm is not None:
+        if self._reward_transform.active:
             training = self.model.training
-            raw = self._weighted_rewards(rewards_per_func)
-            self._metrics["train" if training else "eval"]["reward_raw"].append(torch.nanmean(raw).item())
-            columns = []
-            for i, moments in enumerate(self._reward_moments):
-                state = moments if training else copy.deepcopy(moments)  # eval never updates running stats
-                columns.append(
-                    adv_fns.transform_rewards(
-                        rewards_per_func[:, i],
-                        clip=args.reward_clip,
-                        norm=args.reward_norm,
-                        shift_only=args.reward_shift,
-                        scale_only=args.reward_scale,
-                        state=state,
-                    )
-                )
-            rewards_per_func = torch.stack(columns, dim=1)
+            raw = torch.nanmean(self._weighted_rewards(rewards_per_func)).item()
+            self._metrics["train" if training else "eval"]["reward_raw"].append(raw)
+            rewards_per_func = self._reward_transform(rewards_per_func, training)
         self._scored_rewards = rewards_per_func
         return rewards_per_func
 
@@ -264,14 +241,13 @@ class GRPOHubTrainer(GRPOTrainer):
             output["advantages"] = self._turn_credit.assign(
                 output, rewards_per_func, group_size, rank_rows, norm, self._metrics[mode]
             )
-        if self.args.vllm_is_pooling == "mean" and "importance_sampling_ratio" in output:
-            output["importance_sampling_ratio"] = self._geometric_is_ratio(output)
         if self.vllm_importance_sampling_correction:
-            log_is_diagnostics(
+            edit_is_weights(
                 output,
                 self._metrics[mode],
                 self._gather,
-                settings=is_settings(self.vllm_importance_sampling_mode, self.args.vllm_is_pooling),
+                trl_mode=self.vllm_importance_sampling_mode,
+                pooling=self.args.vllm_is_pooling,
                 low=self.vllm_importance_sampling_clip_min,
                 high=self.vllm_importance_sampling_clip_max,
             )
@@ -310,19 +286,6 @@ class GRPOHubTrainer(GRPOTrainer):
         model = self.accelerator.unwrap_model(self.model)
         with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
             return forward(batch_size=self.args.per_device_train_batch_size)[0]
-
-    def _geometric_is_ratio(self, output) -> torch.Tensor:
-        """Sequence IS weight from the geometric mean of token ratios (TRL uses their product); logged."""
-        weights = scored_batch.geometric_is_ratio(
-            output,
-            self.vllm_importance_sampling_mode,
-            self.vllm_importance_sampling_clip_min,
-            self.vllm_importance_sampling_clip_max,
-        )
-        self._metrics["train" if self.model.training else "eval"]["vllm_is/ratio_geometric_mean"].append(
-            self.accelerator.gather(weights.float().mean()).mean().item()
-        )
-        return weights
 
     def _drop_rows(self, output: dict, keep: torch.Tensor) -> dict:
         """Keep this rank's signal rows, padded to the row count all ranks agree on (`scored_batch.drop_rows`)."""

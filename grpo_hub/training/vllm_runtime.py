@@ -1,6 +1,7 @@
 """Runtime pieces of vLLM generation: per-step IS diagnostics, the server log-prob check, CPU colocate weight sync.
 
-Diagnostics (logged every generation step while the correction is on, over all ranks):
+The geometric-mean sequence weight of `vllm_is_pooling="mean"` (`edit_is_weights`), and diagnostics (logged
+every generation step while the correction is on, over all ranks):
   vllm_is/abs_logp_diff_mean, vllm_is/abs_logp_diff_max  |log π_trainer - log π_sampler| per token
   vllm_is/kl_k1, vllm_is/kl_k3                            KL(π_sampler || π_trainer) estimates per token
   vllm_is/frac_truncated or vllm_is/frac_masked           fraction of IS units (tokens, or sequences at
@@ -27,6 +28,33 @@ def is_settings(trl_mode: str, pooling: str | None) -> dict:
         "pooling": pooling or "sum",
         "mode": "truncate" if trl_mode.endswith("truncate") else "mask",
     }
+
+
+def geometric_is_ratio(output: dict, mode: str, low: float, high: float) -> torch.Tensor:
+    """Sequence IS weight from the geometric mean of token ratios (TRL uses their product); `mode` is TRL's
+    `vllm_importance_sampling_mode`."""
+    mask = output["completion_mask"] * output.get("tool_mask", 1)
+    return importance.rollout_is_weights(  # a NaN sampler logprob: ratio 1, left out of the mean
+        output["old_per_token_logps"],
+        output["sampling_per_token_logps"],
+        mask,
+        level="sequence",
+        pooling="mean",
+        mode="truncate" if mode.endswith("truncate") else "mask",
+        low=low,
+        high=high,
+    )
+
+
+def edit_is_weights(output: dict, metrics, gather, *, trl_mode: str, pooling: str | None, low, high) -> None:
+    """vLLM IS of one scored batch: with `vllm_is_pooling="mean"` TRL's sequence weight (the product of token
+    ratios) is replaced by their geometric mean (logged as vllm_is/ratio_geometric_mean); then the diagnostics."""
+    if pooling == "mean" and "importance_sampling_ratio" in output:
+        output["importance_sampling_ratio"] = geometric_is_ratio(output, trl_mode, low, high)
+        metrics["vllm_is/ratio_geometric_mean"].append(
+            gather(output["importance_sampling_ratio"].float().mean().reshape(1)).mean().item()
+        )
+    log_is_diagnostics(output, metrics, gather, settings=is_settings(trl_mode, pooling), low=low, high=high)
 
 
 def local_is_sums(trainer_logp, sampler_logp, mask, *, level, pooling, low, high) -> torch.Tensor:

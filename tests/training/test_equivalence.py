@@ -6,6 +6,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.training.trainer import GRPOHubTrainer
+from grpo_hub.training.vllm_runtime import geometric_is_ratio
 from tests.helpers import make_trainer, tiny_config
 
 
@@ -96,11 +97,11 @@ def test_running_reward_norm_updates_only_in_training(tmp_path, tiny_model_dir):
         reward_funcs=[_reward([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])],
     )
     scored_batch(trainer)
-    assert trainer._reward_moments[0].count == 8
+    assert trainer._reward_transform.moments[0].count == 8
     trainer.model.eval()
     inputs = [trainer.train_dataset[i] for i in range(8)]
     trainer._calculate_rewards(inputs, [x["prompt"] for x in inputs], ["a"] * 8, [[1]] * 8)
-    assert trainer._reward_moments[0].count == 8
+    assert trainer._reward_transform.moments[0].count == 8
 
 
 @pytest.mark.parametrize(
@@ -160,10 +161,7 @@ def test_turn_level_without_multi_turn_is_rejected(tmp_path, tiny_model_dir):
         make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path, importance_sampling_level="turn"))
 
 
-def test_geometric_vllm_is_ratio_with_fake_sampler_logprobs(tmp_path, tiny_model_dir):
-    trainer = make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path))
-    trainer.vllm_importance_sampling_mode = "sequence_truncate"  # what use_vllm=True would configure
-    trainer.vllm_importance_sampling_clip_min, trainer.vllm_importance_sampling_clip_max = 0.5, 1.5
+def test_geometric_vllm_is_ratio_with_fake_sampler_logprobs():
     trainer_logps = -torch.rand(4, 6)
     sampler_logps = trainer_logps - torch.tensor([[0.1], [-0.1], [1.0], [0.0]])
     # tokens vLLM could not score: ratio 1, and left out of the geometric mean's token count
@@ -175,7 +173,7 @@ def test_geometric_vllm_is_ratio_with_fake_sampler_logprobs(tmp_path, tiny_model
         "old_per_token_logps": trainer_logps,
         "sampling_per_token_logps": sampler_logps,
     }
-    weights = trainer._geometric_is_ratio(output)
+    weights = geometric_is_ratio(output, "sequence_truncate", 0.5, 1.5)  # what use_vllm=True would configure
     # geometric mean of token ratios = exp(mean log-ratio over the scored tokens only), independent of the
     # length and of unscored tokens; then truncated
     expected = torch.tensor([[0.1], [-0.1], [1.0], [0.0]]).exp().clamp(0.5, 1.5)
