@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from grpo_hub.algos import advantages, importance, loss_types, losses, selection
 from grpo_hub.training.reference import validate_reference_settings
-from grpo_hub.training.validation import field_error
+from grpo_hub.training.validation import check_choice, field_error
 from grpo_hub.training.vllm_checks import check_sampler_matches_trainer
 
 ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
@@ -15,14 +15,8 @@ DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
 
 
 def check_loss_type(c) -> None:
-    if c.loss_type not in loss_types.NAMES:
-        field_error("loss_type", f"{c.loss_type!r} is not supported.", f"use one of {loss_types.NAMES}.")
-    if c.importance_sampling_level not in losses.LEVELS:
-        field_error(
-            "importance_sampling_level",
-            f"{c.importance_sampling_level!r} is not supported.",
-            f"use one of {losses.LEVELS}.",
-        )
+    check_choice("loss_type", c.loss_type, loss_types.NAMES)
+    check_choice("importance_sampling_level", c.importance_sampling_level, losses.LEVELS)
     if c.importance_sampling_level == "turn" and c.loss_type not in loss_types.OWN_PATH_NAMES:
         field_error(
             "importance_sampling_level",
@@ -67,10 +61,7 @@ def check_dual_clip(c) -> None:
 
 
 def check_loss_agg(c) -> None:
-    if c.loss_agg_mode is not None and c.loss_agg_mode not in losses.AGG_MODES:
-        field_error(
-            "loss_agg_mode", f"{c.loss_agg_mode!r} is not supported.", f"use one of {losses.AGG_MODES}."
-        )
+    check_choice("loss_agg_mode", c.loss_agg_mode, losses.AGG_MODES, optional=True)
 
 
 def check_filtering(c) -> None:
@@ -78,21 +69,11 @@ def check_filtering(c) -> None:
         field_error(
             "zero_signal_eps", f"must be >= 0, got {c.zero_signal_eps}.", "use 0.0 or a small spread."
         )
-    if c.zero_signal_normalizer not in ZERO_SIGNAL_NORMALIZERS:
-        field_error(
-            "zero_signal_normalizer",
-            f"{c.zero_signal_normalizer!r} is not supported.",
-            f"use one of {ZERO_SIGNAL_NORMALIZERS}.",
-        )
+    check_choice("zero_signal_normalizer", c.zero_signal_normalizer, ZERO_SIGNAL_NORMALIZERS)
 
 
 def check_dynamic_sampling(c) -> None:
-    if c.dynamic_sampling_on_cap not in DYNAMIC_SAMPLING_ON_CAP:
-        field_error(
-            "dynamic_sampling_on_cap",
-            f"{c.dynamic_sampling_on_cap!r} is not supported.",
-            f"use one of {DYNAMIC_SAMPLING_ON_CAP}.",
-        )
+    check_choice("dynamic_sampling_on_cap", c.dynamic_sampling_on_cap, DYNAMIC_SAMPLING_ON_CAP)
     if c.dynamic_sampling_max_rounds < 0:
         field_error(
             "dynamic_sampling_max_rounds",
@@ -136,23 +117,13 @@ def check_selective_rollout(c) -> None:
 
 
 def check_turn_advantages(c) -> None:
-    if c.turn_advantages is not None and c.turn_advantages not in advantages.TURN_SCOPES:
-        field_error(
-            "turn_advantages",
-            f"{c.turn_advantages!r} is not supported.",
-            f"use one of {advantages.TURN_SCOPES} or None.",
-        )
+    check_choice("turn_advantages", c.turn_advantages, advantages.TURN_SCOPES, optional=True)
 
 
 def check_rewards(c) -> None:
     if c.reward_clip is not None and c.reward_clip <= 0:
         field_error("reward_clip", f"must be > 0, got {c.reward_clip}.", "use a positive bound or None.")
-    if c.reward_norm is not None and c.reward_norm not in advantages.REWARD_NORMS:
-        field_error(
-            "reward_norm",
-            f"{c.reward_norm!r} is not supported.",
-            f"use one of {advantages.REWARD_NORMS} or None.",
-        )
+    check_choice("reward_norm", c.reward_norm, advantages.REWARD_NORMS, optional=True)
     if c.reward_shift and c.reward_scale:
         field_error("reward_shift", "and reward_scale together leave nothing to normalise.", "set only one.")
     if c.token_level_kl_coef < 0:
@@ -162,10 +133,7 @@ def check_rewards(c) -> None:
 
 
 def check_advantages(c) -> None:
-    if c.adv_norm is not None and c.adv_norm not in advantages.NORMS:
-        field_error(
-            "adv_norm", f"{c.adv_norm!r} is not supported.", f"use one of {advantages.NORMS} or None."
-        )
+    check_choice("adv_norm", c.adv_norm, advantages.NORMS, optional=True)
     if c.adv_clip_range is not None and c.adv_clip_range <= 0:
         field_error(
             "adv_clip_range", f"must be > 0, got {c.adv_clip_range}.", "use a positive bound or None."
@@ -174,12 +142,7 @@ def check_advantages(c) -> None:
 
 def check_vllm_is(c) -> None:
     check_sampler_matches_trainer(c)
-    if c.vllm_is_pooling is not None and c.vllm_is_pooling not in importance.POOLINGS:
-        field_error(
-            "vllm_is_pooling",
-            f"{c.vllm_is_pooling!r} is not supported.",
-            f"use one of {importance.POOLINGS}.",
-        )
+    check_choice("vllm_is_pooling", c.vllm_is_pooling, importance.POOLINGS, optional=True)
 
 
 def check_reference_adapter(c) -> None:

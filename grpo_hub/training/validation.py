@@ -49,6 +49,15 @@ def check_finite(field_name: str, value, *, off: str = "None") -> None:
         )
 
 
+def check_choice(field_name: str, value, choices, *, optional: bool = False) -> None:
+    """Raise unless `value` is one of `choices` (or None, when `optional`: the field's "off")."""
+    if (value is None and optional) or value in choices:
+        return
+    field_error(
+        field_name, f"{value!r} is not supported.", f"use one of {choices}{' or None' if optional else ''}."
+    )
+
+
 def check_effect(
     config, needs: Mapping[str, tuple[str, Callable[[typing.Any], bool]]], defaults: Mapping
 ) -> None:
