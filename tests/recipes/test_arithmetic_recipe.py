@@ -4,7 +4,9 @@ import pytest
 
 from tests.recipes.test_recipe import CONFIGS, load_recipe, parse
 
-STEPS = 100
+STEPS = (
+    200  # 100 gained only +2 points on a 2-core machine of another CPU type (the SFT model differs slightly)
+)
 FROZEN_STEPS = 4  # at lr 0 no step moves a weight, however many: a few steps make the control
 
 
