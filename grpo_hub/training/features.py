@@ -120,8 +120,8 @@ def resolve(c) -> None:
     if c.dynamic_sampling and not c.filter_zero_signal:
         c.filter_zero_signal = True
         c.implied_by["filter_zero_signal"] = "dynamic_sampling"
-    if c.filter_zero_signal and c.zero_signal_pack is None:
-        c.zero_signal_pack = not pack_blockers(c)
+    if c.filter_zero_signal and c.zero_signal_pack is None and c.loss_type in loss_types.REGISTRY:
+        c.zero_signal_pack = not pack_blockers(c)  # (an unknown loss_type is refused by validation)
 
 
 # --- the features ---

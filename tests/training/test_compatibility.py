@@ -207,3 +207,14 @@ def test_filtering_with_the_all_normaliser_equals_no_filtering_with(tmp_path, ti
     assert plain.grads and all(g.abs().sum() > 0 for g in plain.grads)
     for a, b in zip(filtered.grads, plain.grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_an_invalid_value_next_to_any_switch_is_a_value_error():
+    """Resolution runs before validation: an invalid value must still end in the ValueError that names it,
+    never in a KeyError or TypeError from a resolution step, whatever switch is on beside it."""
+    from tests.training.test_config import INVALID
+
+    for name, kwargs in INVALID:
+        for feature in SWITCHES.values():
+            result = outcome({**feature.example, **kwargs})  # any exception but ValueError propagates
+            assert isinstance(result, ValueError | GRPOHubConfig), (name, feature.name)
