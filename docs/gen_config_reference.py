@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import itertools
 import sys
 import textwrap
@@ -68,6 +69,16 @@ def _type_name(tp) -> str:
     return str(tp).replace("typing.", "")
 
 
+def declared_type(cls, name: str):
+    """The annotation `name` has where `cls` or its nearest base declares it. Not `Field.type`: transformers'
+    HfArgumentParser rewrites that in place (Optional[X] -> X) once a parser has been built for the class."""
+    for klass in cls.__mro__:
+        annotations = inspect.get_annotations(klass)
+        if name in annotations:
+            return annotations[name]
+    raise KeyError(name)
+
+
 def _default(field: dataclasses.Field) -> str:
     if field.default is not dataclasses.MISSING:
         return repr(field.default)
@@ -76,13 +87,12 @@ def _default(field: dataclasses.Field) -> str:
     return "required"
 
 
-def _table(fields: list[dataclasses.Field]) -> str:
+def _table(cls, fields: list[dataclasses.Field]) -> str:
     rows = ["| name | type | default | help |", "|---|---|---|---|"]
     for f in fields:
         help_text = f.metadata.get("help", "")
-        rows.append(
-            f"| `{f.name}` | `{_cell(_type_name(f.type))}` | `{_cell(_default(f))}` | {_cell(help_text)} |"
-        )
+        kind = _type_name(declared_type(cls, f.name))
+        rows.append(f"| `{f.name}` | `{_cell(kind)}` | `{_cell(_default(f))}` | {_cell(help_text)} |")
     return "\n".join(rows) + "\n"
 
 
@@ -100,7 +110,8 @@ def redeclared_fields(config_cls, parent_cls) -> list[dataclasses.Field]:
         p = parent.get(f.name)
         if p is None:
             continue
-        if (f.type, _default(f), f.metadata.get("help")) != (p.type, _default(p), p.metadata.get("help")):
+        mine = (declared_type(config_cls, f.name), _default(f), f.metadata.get("help"))
+        if mine != (declared_type(parent_cls, f.name), _default(p), p.metadata.get("help")):
             changed.append(f)
     return changed
 
@@ -115,11 +126,11 @@ def render() -> str:
         [
             HEADER,
             "## Fields GRPOHubConfig adds\n",
-            _table(added_fields(GRPOHubConfig, trl.GRPOConfig)),
+            _table(GRPOHubConfig, added_fields(GRPOHubConfig, trl.GRPOConfig)),
             "## TRL fields GRPOHubConfig redeclares\n",
             'These keep TRL\'s meaning and add values or presets; `None` means "not set by the user" and is '
             "resolved when the config is built.\n",
-            _table(redeclared_fields(GRPOHubConfig, trl.GRPOConfig)),
+            _table(GRPOHubConfig, redeclared_fields(GRPOHubConfig, trl.GRPOConfig)),
         ]
     )
 
@@ -152,7 +163,11 @@ def render_compatibility() -> str:
         example = ", ".join(f"`{k}={v!r}`" for k, v in f.example.items())
         notes = " (config only: needs vLLM)" if not f.trains else ""
         notes += " (PEFT model)" if f.needs_peft else ""
-        notes += " (trained on scripted tool-calling rollouts; with a PEFT feature: config only)" if f.multi_turn else ""
+        notes += (
+            " (trained on scripted tool-calling rollouts; with a PEFT feature: config only)"
+            if f.multi_turn
+            else ""
+        )
         rows.append(f"| `{f.name}` | {example}{notes} | [{f.page}]({f.page}) |")
     refusals = [f"{number}. {_cell(message)}" for message, number in errors.items()]
     effects = ["| field | has an effect only with |", "|---|---|"] + [

@@ -316,7 +316,8 @@ class GRPOHubConfig(GRPOConfig):
         features.validate(self)
 
     def _check_values(self) -> None:
-        """Type and finiteness of every field declared here, and no NaN in any float field (TRL's included)."""
+        """Type and finiteness of every field declared here, no NaN in any float field (TRL's included), and
+        num_generations >= 2 (TRL refuses 1 too, but without naming the field)."""
         for name, annotation in inspect.get_annotations(GRPOHubConfig).items():
             check_type(name, getattr(self, name), annotation)
             check_finite(name, getattr(self, name))
@@ -326,6 +327,14 @@ class GRPOHubConfig(GRPOConfig):
             value = getattr(self, f.name)
             if isinstance(value, float) and math.isnan(value):
                 field_error(f.name, "is NaN, which passes every range check.", "give a number.")
+        if (
+            isinstance(self.num_generations, int) and self.num_generations < 2
+        ):  # TRL refuses it without the name
+            field_error(
+                "num_generations",
+                f"GRPO compares the completions of a group, so it needs >= 2, got {self.num_generations}.",
+                "set num_generations >= 2 (e.g. 8).",
+            )
 
     # --- what the resolved config changes in the trainer ---
     @property

@@ -96,7 +96,7 @@ def test_every_config_parses(recipe, name):
     expected = {
         "gspo": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4},
         "cispo": {"loss_type": "cispo", "epsilon_high": 5.0},
-        "filtered": {"filter_zero_signal": True, "whiten_advantages": True, "adv_clip_range": 2.0},
+        "filtered": {"filter_zero_signal": True, "adv_clip_range": 2.0},
         "ref-refresh": {"ref_adapter_sync_on": "steps", "ref_adapter_sync_steps": 10, "beta": 0.04},
         "vllm-colocate": {"use_vllm": True, "vllm_mode": "colocate"},
         "qwen2.5-0.5b-math": {"use_vllm": True, "max_completion_length": 512},

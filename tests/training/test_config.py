@@ -103,6 +103,7 @@ def test_cli_error_names_field():
 
 INVALID = [
     ("loss_type", {"loss_type": "ppo"}),
+    ("num_generations", {"num_generations": 1}),  # TRL refuses it too, without naming the field
     ("loss_type", {"loss_type": "ppo", "filter_zero_signal": True}),  # resolution leaves it to validation
     ("importance_sampling_level", {"importance_sampling_level": "batch"}),
     ("importance_sampling_level", {"loss_type": "gspo", "importance_sampling_level": "token"}),
