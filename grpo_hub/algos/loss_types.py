@@ -29,11 +29,16 @@ class LossType:
     trl_loss_type: str  # what TRL's `_compute_loss` runs (a preset resolves onto a TRL loss type)
     normalizer: str  # ROWS, MICRO_TOKENS or BATCH_TOKENS (module docstring)
     surrogate: str  # "clip" (PPO clip: dual-clip applies), "cispo", "soft" (SAPO), "vespo"
-    own_path_agg: str | None = (
-        None  # the loss_agg_mode equal to its normaliser when the own path can compute it
-    )
+    # the loss_agg_mode equal to its normaliser, when the own loss path can compute this loss type
+    own_path_agg: str | None = None
     sequence_level: bool = False  # a preset of importance_sampling_level='sequence'
+    clip_range: tuple[float, float] | None = None  # a preset's (epsilon, epsilon_high) unless either is given
+    default_epsilon_high: float | None = None  # epsilon_high when unset (TRL's default would be epsilon)
     source: str = ""
+
+    @property
+    def is_preset(self) -> bool:
+        return self.name != self.trl_loss_type
 
 
 REGISTRY = {
@@ -43,7 +48,15 @@ REGISTRY = {
         LossType("dr_grpo", "dr_grpo", ROWS, "clip", source="Dr. GRPO arXiv:2503.20783"),
         LossType("dapo", "dapo", BATCH_TOKENS, "clip", "token-mean", source="DAPO arXiv:2503.14476"),
         LossType("bnpo", "bnpo", MICRO_TOKENS, "clip", source="TRL 1.16 (batch-normalised token mean)"),
-        LossType("cispo", "cispo", BATCH_TOKENS, "cispo", "token-mean", source="MiniMax-M1 arXiv:2506.13585"),
+        LossType(
+            "cispo",
+            "cispo",
+            BATCH_TOKENS,
+            "cispo",  # epsilon_high is an ABSOLUTE ratio cap; TRL's default (= epsilon, 0.2) caps every ratio
+            "token-mean",
+            default_epsilon_high=5.0,  # ScaleRL's recommended cap
+            source="MiniMax-M1 arXiv:2506.13585",
+        ),
         LossType("sapo", "sapo", ROWS, "soft", source="SAPO (TRL 1.16)"),
         LossType("luspo", "luspo", ROWS, "clip", source="LUSPO (TRL 1.16)"),
         LossType("vespo", "vespo", BATCH_TOKENS, "vespo", source="VESPO (TRL 1.16)"),
@@ -54,6 +67,7 @@ REGISTRY = {
             "clip",
             "seq-mean-token-mean",
             sequence_level=True,
+            clip_range=(3e-4, 4e-4),  # GSPO paper, section 5.1
             source="GSPO arXiv:2507.18071",
         ),
     )

@@ -39,10 +39,10 @@ class GRPOHubConfig(GRPOConfig):
         metadata={
             "help": f"TRL's loss types {', '.join(map(repr, loss_types.TRL_NAMES))} (default 'dapo') plus the "
             "preset 'gspo' = 'grpo' with importance_sampling_level='sequence' and, unless epsilon/epsilon_high are "
-            f"set, the GSPO paper's clip ranges epsilon={features.GSPO_EPSILON}, "
-            f"epsilon_high={features.GSPO_EPSILON_HIGH}. 'cispo' without epsilon_high sets the recommended cap "
-            f"epsilon_high={features.CISPO_EPSILON_HIGH}. Each one's normaliser and surrogate: "
-            "grpo_hub/algos/loss_types.py."
+            f"set, the GSPO paper's clip range (epsilon, epsilon_high) = {loss_types.REGISTRY['gspo'].clip_range}. "
+            "'cispo' without epsilon_high sets the recommended cap "
+            f"epsilon_high={loss_types.REGISTRY['cispo'].default_epsilon_high}. Each one's normaliser, surrogate "
+            "and presets: grpo_hub/algos/loss_types.py."
         },
     )
     epsilon: float | None = field(

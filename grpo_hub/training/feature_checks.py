@@ -32,13 +32,15 @@ def check_clip(c) -> None:
         field_error(
             "epsilon_high", f"must be >= 0, got {c.epsilon_high}.", "use e.g. 0.28 (or 5.0 for cispo)."
         )
-    if c.loss_type != "cispo" and c.epsilon >= 1:
+    loss = loss_types.REGISTRY.get(c.loss_type)  # (an unknown loss_type: check_loss_type)
+    absolute_cap = loss is not None and loss.surrogate == "cispo"  # epsilon_high caps the ratio itself
+    if not absolute_cap and c.epsilon >= 1:
         field_error(
             "epsilon",
             f"the lower clip bound 1 - epsilon = {1 - c.epsilon} is not positive, so the clip range is inverted.",
             "use epsilon < 1.",
         )
-    if c.loss_type == "cispo" and c.epsilon_high <= 1:
+    if absolute_cap and c.epsilon_high <= 1:
         field_error(
             "epsilon_high",
             f"with loss_type='cispo' it is the absolute ratio cap, and {c.epsilon_high} <= 1 down-weights every "

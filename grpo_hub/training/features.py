@@ -21,8 +21,6 @@ from grpo_hub.training.validation import conflict_error, field_error
 from grpo_hub.training.vllm_checks import resolve_vllm_is
 
 TRL_EPSILON = 0.2
-GSPO_EPSILON, GSPO_EPSILON_HIGH = 3e-4, 4e-4  # GSPO paper, section 5.1
-CISPO_EPSILON_HIGH = 5.0  # ScaleRL paper's recommended CISPO cap
 SIGNAL_SWITCHES = ("filter_zero_signal", "dynamic_sampling", "selective_rollout")  # act on zero-signal groups
 
 
@@ -73,29 +71,34 @@ def resolve(c) -> None:
     """Turn presets and implied switches into plain settings, in this order (each step refuses an explicit value
     that contradicts it, before changing anything):
 
-    1. loss_type='gspo' -> 'grpo', importance_sampling_level='sequence', GSPO's clip range unless epsilon or
-       epsilon_high is given; epsilon None -> TRL's 0.2; importance_sampling_level None -> 'token';
-       loss_type='cispo' without epsilon_high -> the recommended cap 5.0.
+    1. A preset loss_type ('gspo', `loss_types.REGISTRY`) -> its TRL loss type ('grpo') with
+       importance_sampling_level='sequence' and its clip range unless epsilon or epsilon_high is given;
+       epsilon None -> TRL's 0.2; importance_sampling_level None -> 'token'; epsilon_high unset -> the loss
+       type's default ('cispo': the recommended absolute cap 5.0).
     2. dual_clip_c -> TRL's delta (equal to dual-clip when dual_clip_c > 1 + epsilon_high).
     3. adv_norm='mean_only' -> scale_rewards='none'; the deprecated adv_norm='none' -> 'no_baseline'.
     4. vllm_is_preset -> TRL's vLLM IS mode and bounds (`vllm_checks.resolve_vllm_is`).
     5. dynamic_sampling -> filter_zero_signal=True (recorded in `implied_by`, so errors name the switch the user set).
     6. zero_signal_pack None -> on when filtering is on and packing is exact (`pack_blockers`), else off.
     """
-    if c.loss_type == "gspo":
-        if c.importance_sampling_level not in (None, "sequence"):
+    loss = loss_types.REGISTRY.get(c.loss_type)  # an unknown loss_type is refused by validation
+    if loss is not None and loss.is_preset:
+        if loss.sequence_level and c.importance_sampling_level not in (None, "sequence"):
             field_error(
                 "importance_sampling_level",
-                f"loss_type='gspo' is sequence-level but importance_sampling_level={c.importance_sampling_level!r}.",
-                "leave importance_sampling_level unset, or use loss_type='grpo' for a token/turn-level ratio.",
+                f"loss_type={loss.name!r} is sequence-level but importance_sampling_level="
+                f"{c.importance_sampling_level!r}.",
+                f"leave importance_sampling_level unset, or use loss_type={loss.trl_loss_type!r} for a token/turn-"
+                "level ratio.",
             )
-        c.loss_type, c.importance_sampling_level = "grpo", "sequence"
-        if c.epsilon is None and c.epsilon_high is None:
-            c.epsilon, c.epsilon_high = GSPO_EPSILON, GSPO_EPSILON_HIGH
+        c.loss_type = loss.trl_loss_type
+        c.importance_sampling_level = "sequence" if loss.sequence_level else c.importance_sampling_level
+        if loss.clip_range is not None and c.epsilon is None and c.epsilon_high is None:
+            c.epsilon, c.epsilon_high = loss.clip_range
     c.epsilon = TRL_EPSILON if c.epsilon is None else c.epsilon
     c.importance_sampling_level = c.importance_sampling_level or "token"
-    if c.loss_type == "cispo" and c.epsilon_high is None:
-        c.epsilon_high = CISPO_EPSILON_HIGH
+    if loss is not None and loss.default_epsilon_high is not None and c.epsilon_high is None:
+        c.epsilon_high = loss.default_epsilon_high
     if c.dual_clip_c is not None:
         if c.delta is not None and c.delta != c.dual_clip_c:
             conflict_error(
