@@ -264,11 +264,8 @@ class GRPOHubTrainer(GRPOTrainer):
     def _recompute_advantages(self, rewards, output, group_size, rank_rows) -> torch.Tensor:
         """Advantages over all ranks' rows from the (transformed) rewards; returns this rank's slice."""
         kl = None
-        if self.args.token_level_kl_coef > 0:
-            kl = scored_batch.sequence_kl(
-                output, lambda use_reference: self._score_logps(output, use_reference)
-            )
-            kl = self.accelerator.gather(kl)
+        if self.args.token_level_kl_coef > 0:  # every rank's rows, as the rewards
+            kl = self._gather(scored_batch.sequence_kl(output, functools.partial(self._score_logps, output)))
         advantages = scored_batch.recompute_advantages(rewards, group_size, self.args, self.scale_rewards, kl)
         return advantages[rank_rows]
 
