@@ -140,16 +140,16 @@ def render_compatibility() -> str:
     from grpo_hub import GRPOHubConfig
     from grpo_hub.training import features
 
-    switches = {f.name: f for f in features.FEATURES if f.example is not None}
+    switches = features.SWITCHES
     errors: dict[str, int] = {}
     cells: dict[tuple[str, str], str] = {}
     for a, b in itertools.combinations(switches, 2):
-        ea, eb = switches[a].example, switches[b].example
-        if any(key in eb and eb[key] != value for key, value in ea.items()):
+        settings = features.pair_settings(a, b)
+        if settings is None:
             cells[a, b] = cells[b, a] = "–"
             continue
         try:
-            GRPOHubConfig(**{**BASE, **ea, **eb})
+            GRPOHubConfig(**{**BASE, **settings})
             cells[a, b] = cells[b, a] = "✓"
         except ValueError as error:
             number = errors.setdefault(str(error), len(errors) + 1)

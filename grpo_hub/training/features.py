@@ -294,6 +294,18 @@ FEATURES = (
 )
 
 
+SWITCHES = {f.name: f for f in FEATURES if f.example is not None}  # the features a user turns on
+
+
+def pair_settings(first: str, second: str) -> dict | None:
+    """Both switches' example settings together, or None when they set one field to two values (then the two are
+    alternatives, not a pair: e.g. the gspo and cispo presets). The compatibility test and page build these."""
+    a, b = SWITCHES[first].example, SWITCHES[second].example
+    if any(key in b and b[key] != value for key, value in a.items()):
+        return None
+    return {**a, **b}
+
+
 def effect_needs() -> dict[str, tuple[str, Callable]]:
     """field -> (what it needs, predicate): a field set away from its default with the predicate False is an error."""
     return {name: (d.needs, d.holds) for f in FEATURES for d in f.dependents for name in d.fields}

@@ -21,18 +21,9 @@ from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer,
 from tests.training.reference.helpers import lora_config
 from tests.training.test_packing import run as run_probed
 
-SWITCHES = {f.name: f for f in features.FEATURES if f.example is not None}
+SWITCHES = features.SWITCHES
 BASE = {"max_steps": 2, "per_device_train_batch_size": 8, "num_generations": 4, "shuffle_dataset": False}
-
-
-def merged(first: str, second: str) -> dict | None:
-    """Both features' example settings, or None when they set one field to two values (not a pair of switches)."""
-    a, b = SWITCHES[first].example, SWITCHES[second].example
-    if any(key in b and b[key] != value for key, value in a.items()):
-        return None
-    return {**a, **b}
-
-
+merged = features.pair_settings
 PAIRS = [(a, b) for a, b in itertools.combinations(SWITCHES, 2) if merged(a, b) is not None]
 
 
@@ -43,13 +34,17 @@ def outcome(settings: dict, tmp_path="/tmp/grpo_hub_compat") -> GRPOHubConfig | 
         return error
 
 
+OUTCOMES = {pair: outcome(merged(*pair)) for pair in PAIRS}  # each pair built once, read by the tests below
+ACCEPTED = [pair for pair in PAIRS if not isinstance(OUTCOMES[pair], ValueError)]
+
+
 def names_a_field_of(message: str, feature: str) -> bool:
     return any(f"`{name}`" in message for name in SWITCHES[feature].example)
 
 
 @pytest.mark.parametrize(("first", "second"), PAIRS, ids=[f"{a}+{b}" for a, b in PAIRS])
 def test_pair_is_refused_naming_both_fields_or_builds(first, second):
-    result = outcome(merged(first, second))
+    result = OUTCOMES[first, second]
     if isinstance(result, ValueError):
         message = str(result)
         assert names_a_field_of(message, first) and names_a_field_of(message, second), message
@@ -69,16 +64,14 @@ def test_every_switch_builds_alone():
 
 def test_validation_changes_nothing():
     checks = [check for f in features.FEATURES for check in f.checks]
-    for first, second in PAIRS:
-        result = outcome(merged(first, second))
-        if not isinstance(result, ValueError):
-            before = result.to_dict()
-            features.validate(result, checks=checks, conflicts=features.CONFLICTS)
-            assert result.to_dict() == before, (first, second)
+    for pair in ACCEPTED:
+        before = OUTCOMES[pair].to_dict()
+        features.validate(OUTCOMES[pair], checks=checks, conflicts=features.CONFLICTS)
+        assert OUTCOMES[pair].to_dict() == before, pair
 
 
 def test_refusals_do_not_depend_on_the_order_of_the_checks(monkeypatch):
-    straight = {pair: isinstance(outcome(merged(*pair)), ValueError) for pair in PAIRS}
+    straight = {pair: isinstance(OUTCOMES[pair], ValueError) for pair in PAIRS}
     checks = [check for f in features.FEATURES for check in f.checks][::-1]
     validate = features.validate
     monkeypatch.setattr(features, "validate", lambda c: validate(c, checks, features.CONFLICTS[::-1]))
@@ -90,14 +83,10 @@ def trains(name: str) -> bool:
     return SWITCHES[name].trains and not SWITCHES[name].multi_turn
 
 
-TRAINED_PAIRS = [
-    (a, b) for a, b in PAIRS if trains(a) and trains(b) and not isinstance(outcome(merged(a, b)), ValueError)
-]
+TRAINED_PAIRS = [(a, b) for a, b in ACCEPTED if trains(a) and trains(b)]
 
 
-def train(tmp_path, model_dir, settings: dict):
-    needs_peft = any(SWITCHES[name].needs_peft for name in settings.get("_features", ()))
-    settings = {k: v for k, v in settings.items() if k != "_features"}
+def train(tmp_path, model_dir, settings: dict, needs_peft: bool):
     trainer = make_trainer(
         GRPOHubTrainer,
         model_dir,
@@ -113,7 +102,8 @@ def train(tmp_path, model_dir, settings: dict):
 @pytest.mark.slow
 @pytest.mark.parametrize(("first", "second"), TRAINED_PAIRS, ids=[f"{a}+{b}" for a, b in TRAINED_PAIRS])
 def test_pair_trains_two_steps_with_finite_weights(tmp_path, tiny_model_dir, first, second):
-    trainer = train(tmp_path, tiny_model_dir, {**merged(first, second), "_features": (first, second)})
+    needs_peft = SWITCHES[first].needs_peft or SWITCHES[second].needs_peft
+    trainer = train(tmp_path, tiny_model_dir, merged(first, second), needs_peft)
     assert trainer.state.global_step == 2
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -122,10 +112,8 @@ def test_pair_trains_two_steps_with_finite_weights(tmp_path, tiny_model_dir, fir
 
 TURN_PAIRS = [
     (a, b)
-    for a, b in PAIRS
-    if "turn_advantages" in (a, b)
-    and all(SWITCHES[n].trains and not SWITCHES[n].needs_peft for n in (a, b))
-    and not isinstance(outcome(merged(a, b)), ValueError)
+    for a, b in ACCEPTED
+    if "turn_advantages" in (a, b) and all(SWITCHES[n].trains and not SWITCHES[n].needs_peft for n in (a, b))
 ]
 
 
