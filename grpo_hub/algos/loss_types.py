@@ -1,5 +1,5 @@
 """The loss types GRPOHubConfig accepts, each described once: what its normaliser averages over, its surrogate,
-and which path computes it. Plain data; the config, the trainer and the run record read it.
+and which path computes it. Plain data; the config's checks and presets and both loss paths read it.
 
 Normalisers (what one micro-batch's loss is divided by, TRL 1.16 `GRPOTrainer._compute_loss`):
 - ROWS: a mean over the rows of the micro-batch (grpo/gspo: per-row token mean, then row mean; sapo likewise;

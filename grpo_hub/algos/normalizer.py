@@ -2,14 +2,14 @@
 
 Both loss paths call `micro_batch_normalizer`: the own path divides its summed terms by it, and TRL's built-in
 losses are rescaled from TRL's own normaliser (the same function without filtering counts) to it.
-Pure torch; the cross-rank counts are gathered by the caller (`grpo_hub.training.trainer._drop_rows`).
+Pure torch; the cross-rank counts are gathered by the caller (`grpo_hub.training.scored_batch.drop_rows`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from grpo_hub.algos.loss_types import BATCH_TOKENS, MICRO_TOKENS, ROWS
+from grpo_hub.algos.loss_types import BATCH_TOKENS, MICRO_TOKENS, NORMALIZERS, ROWS
 
 MIN_ROWS_PER_STEP = 1e-8  # an all-filtered batch trains zero-loss pad rows: keep the division finite
 # micro_batch_normalizer argument <- key of the scored batch (0-dim values; the last three only under filtering)
@@ -81,4 +81,4 @@ def micro_batch_normalizer(
         if train:
             normalizer = normalizer * accumulation / steps_per_generation
         return normalizer
-    raise ValueError(f"kind must be one of {(ROWS, MICRO_TOKENS, BATCH_TOKENS)}, got {kind!r}")
+    raise ValueError(f"kind must be one of {NORMALIZERS}, got {kind!r}")

@@ -327,9 +327,7 @@ class GRPOHubConfig(GRPOConfig):
             value = getattr(self, f.name)
             if isinstance(value, float) and math.isnan(value):
                 field_error(f.name, "is NaN, which passes every range check.", "give a number.")
-        if (
-            isinstance(self.num_generations, int) and self.num_generations < 2
-        ):  # TRL refuses it without the name
+        if isinstance(self.num_generations, int) and self.num_generations < 2:  # TRL's error names no field
             field_error(
                 "num_generations",
                 f"GRPO compares the completions of a group, so it needs >= 2, got {self.num_generations}.",

@@ -1,8 +1,9 @@
 """Edits and logs of TRL's scored generation batch (the output of `_generate_and_score_completions`).
 
-Called from the trainer's `_calculate_rewards` (reward clip / norm) and `_score_round` with narrow inputs (tensors, settings, callables, the metrics dict):
-advantage recomputation (adv_norm, whitening, clipping, KL in the reward),
-the advantage logs, the zero-signal kinds, and zero-signal row dropping (`drop_rows`). The formulas live in `grpo_hub.algos`.
+Called from the trainer's `_calculate_rewards` (reward clip / norm) and `_score_round` with narrow inputs
+(tensors, settings, callables, the metrics dict): advantage recomputation (adv_norm, whitening, clipping, KL in
+the reward), the advantage logs, the zero-signal kinds, and zero-signal row dropping (`drop_rows`). The formulas
+live in `grpo_hub.algos`.
 """
 
 import copy

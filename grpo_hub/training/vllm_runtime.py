@@ -38,9 +38,7 @@ def geometric_is_ratio(output: dict, mode: str, low: float, high: float) -> torc
         output["old_per_token_logps"],
         output["sampling_per_token_logps"],
         mask,
-        level="sequence",
-        pooling="mean",
-        mode="truncate" if mode.endswith("truncate") else "mask",
+        **is_settings(mode, "mean"),  # a sequence_* mode (config check): sequence level, geometric mean
         low=low,
         high=high,
     )
