@@ -79,6 +79,8 @@ class GRPOHubTrainer(GRPOTrainer):
         )
         self.add_callback(FiniteGradientsCallback())  # weights never become NaN/inf
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
+        # TRL scores with these while `_calculate_rewards` runs; `reward_funcs` keeps the user's own functions
+        self._checked_reward_funcs = checked_reward_funcs(self.reward_funcs, self.reward_func_names)
         self._reward_transform = scored_batch.RewardTransform(args, len(self.reward_funcs))
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
         self._zero_signal_kinds = scored_batch.ZeroSignalKinds(
@@ -167,8 +169,7 @@ class GRPOHubTrainer(GRPOTrainer):
 
     # --- seam 1: rewards ---
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        funcs = self.reward_funcs
-        self.reward_funcs = checked_reward_funcs(funcs, self.reward_func_names)
+        funcs, self.reward_funcs = self.reward_funcs, self._checked_reward_funcs
         try:  # each reward function's output is checked before TRL reads it (input_checks)
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         finally:
