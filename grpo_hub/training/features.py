@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from grpo_hub.algos import loss_types
 from grpo_hub.training import feature_checks
@@ -21,7 +21,9 @@ from grpo_hub.training.validation import conflict_error, field_error
 from grpo_hub.training.vllm_checks import resolve_vllm_is
 
 TRL_EPSILON = 0.2
-SIGNAL_SWITCHES = ("filter_zero_signal", "dynamic_sampling", "selective_rollout")  # act on zero-signal groups
+# The switches that act on zero-signal groups; filter_zero_signal last, as dynamic_sampling implies it, so a refused
+# combination names the switch the user set.
+SIGNAL_SWITCHES = ("dynamic_sampling", "selective_rollout", "filter_zero_signal")
 
 
 # --- predicates on a (resolved) config, named once ---
@@ -37,13 +39,17 @@ def uses_own_loss(c) -> bool:
     return c.loss_agg_mode is not None or c.importance_sampling_level == "turn"
 
 
+# The edits GRPOHubTrainer makes to TRL's advantages: field -> whether the config sets it.
+ADVANTAGE_EDITS = {
+    "adv_norm": lambda c: c.adv_norm == "no_baseline",
+    "whiten_advantages": lambda c: c.whiten_advantages,
+    "adv_clip_range": lambda c: c.adv_clip_range is not None,
+    "token_level_kl_coef": lambda c: c.token_level_kl_coef > 0,
+}
+
+
 def recomputes_advantages(c) -> bool:
-    return (
-        c.adv_norm == "no_baseline"
-        or c.whiten_advantages
-        or c.adv_clip_range is not None
-        or c.token_level_kl_coef > 0
-    )
+    return any(is_set(c) for is_set in ADVANTAGE_EDITS.values())
 
 
 def pack_blockers(c) -> list[tuple[str, str]]:
@@ -320,7 +326,7 @@ class Conflict:
     second: str
     applies: Callable
     problem: str
-    fix: str = field(default="")
+    fix: str
 
 
 def _signal_conflicts() -> list[Conflict]:
@@ -348,9 +354,7 @@ def _signal_conflicts() -> list[Conflict]:
             "zero-signal would change the gradient.",
             f"set {switch}=False, or keep {name} at its default.",
         )
-        for switch in sorted(
-            SIGNAL_SWITCHES, key=lambda s: s == "filter_zero_signal"
-        )  # a user's switch first
+        for switch in SIGNAL_SWITCHES
         for name, (gives, what) in carriers.items()
     ]
 
@@ -448,13 +452,15 @@ CONFLICTS = (
         "'mean_std' needs a std scope but scale_rewards='none'.",
         "set scale_rewards='group'.",
     ),
-    Conflict(
-        "multi_objective_aggregation",
-        "whiten_advantages",
-        lambda c: recomputes_advantages(c) and c.multi_objective_aggregation != "sum_then_normalize",
-        "'normalize_then_sum' builds its own advantages, which adv_norm='no_baseline', whiten_advantages, adv_clip_range "
-        "and token_level_kl_coef cannot edit.",
-        "use multi_objective_aggregation='sum_then_normalize' or turn those options off.",
+    *(
+        Conflict(
+            "multi_objective_aggregation",
+            name,
+            lambda c, is_set=is_set: c.multi_objective_aggregation != "sum_then_normalize" and is_set(c),
+            "'normalize_then_sum' builds its own advantages, which grpo_hub's advantage edits cannot edit.",
+            f"use multi_objective_aggregation='sum_then_normalize' or reset {name} to its default.",
+        )
+        for name, is_set in ADVANTAGE_EDITS.items()
     ),
     Conflict(
         "vllm_is_pooling",

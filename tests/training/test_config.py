@@ -146,6 +146,8 @@ INVALID = [
         "multi_objective_aggregation",
         {"whiten_advantages": True, "multi_objective_aggregation": "normalize_then_sum"},
     ),
+    # the refusal names the advantage edit that is set, not always whiten_advantages
+    ("adv_clip_range", {"adv_clip_range": 1.0, "multi_objective_aggregation": "normalize_then_sum"}),
     ("entropy_coef", {"filter_zero_signal": True, "loss_type": "grpo", "entropy_coef": 0.01}),
     # issue 25, defect 1: dynamic sampling implies filtering before the checks run, so it is refused alike
     ("entropy_coef", {"dynamic_sampling": True, "loss_type": "grpo", "entropy_coef": 0.01}),
