@@ -38,7 +38,7 @@ import torch
 from transformers import TrainerCallback
 
 from grpo_hub.training.distributed import broadcast_unpartitioned, gathered, unwrap_peft_model
-from grpo_hub.training.validation import field_error
+from grpo_hub.training.validation import check_choice, field_error
 
 REF_ADAPTER = "ref"
 REF_ADAPTER_FILE = "ref_adapter.safetensors"
@@ -52,8 +52,7 @@ def validate_reference_settings(
     sync_on: str, sync_steps: int, mixup_alpha: float, beta: float, sync_ref_model: bool, keep: bool
 ) -> None:
     """Raise ValueError, naming the field and the fix, for reference-adapter settings that cannot work."""
-    if sync_on not in SYNC_MODES:
-        field_error("ref_adapter_sync_on", f"{sync_on!r} is not supported.", f"use one of {SYNC_MODES}.")
+    check_choice("ref_adapter_sync_on", sync_on, SYNC_MODES)
     if isinstance(sync_steps, bool) or not isinstance(sync_steps, int) or sync_steps < 1:
         field_error("ref_adapter_sync_steps", f"must be an int >= 1, got {sync_steps!r}.", "use e.g. 64.")
     if not 0.0 < mixup_alpha <= 1.0:
