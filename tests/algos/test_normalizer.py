@@ -17,9 +17,8 @@ def naive_normalizer(kind, train, ga, procs, spg, micro_rows, micro_tokens, batc
         if filtering is None:
             return float(micro_rows) * accumulation
         rows = kept_rows if filtering == "kept" else all_rows
-        per_micro_step = (
-            rows / spg / procs
-        )  # rows of the generation batch spread over S micro-steps on P ranks
+        # rows of the generation batch spread over S micro-steps on P ranks
+        per_micro_step = rows / spg / procs
         return max(per_micro_step, 1e-8) * accumulation
     if kind == MICRO_TOKENS:
         return max(float(micro_tokens), 1.0) * accumulation
