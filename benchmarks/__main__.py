@@ -26,6 +26,7 @@ BENCHMARKS = {
     "reference": ["--skip-05b", "--steps", "2", "--repeats", "2"],
     "dynamic_sampling": ["--steps", "3"],
     "selective_rollout": ["--quick"],
+    "time_to_accuracy": ["--quick"],
 }
 DEVICE_AWARE = ("filtering",)  # benchmarks that take --device
 

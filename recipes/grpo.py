@@ -1,32 +1,38 @@
 """GRPO recipe: `GRPOHubTrainer` on a built-in task, following `trl/scripts/grpo.py`.
 
-    accelerate launch recipes/grpo.py                                         # offline tiny run, ~30 s on CPU
+    accelerate launch recipes/grpo.py                                         # the chain task, ~3 min on 2 CPU cores
+    accelerate launch recipes/grpo.py --task digits                           # smoke task on the random tiny model, ~30 s
     accelerate launch recipes/grpo.py --config recipes/configs/gspo.yaml      # any preset
     accelerate launch --config_file recipes/accelerate/cpu-ddp.yaml recipes/grpo.py   # 2 CPU ranks
 
-With no arguments it trains a LoRA adapter on the offline tiny model (`grpo_hub.tasks.build_tiny_model`)
-for the built-in "digits" task, with the settings measured to learn in ~30 steps (lr 3e-2, 4 generations,
-16 completion tokens). Those recipe defaults suit only the tiny random model: for a real model
-(`--model_name_or_path Qwen/...`) start from `recipes/configs/qwen2.5-0.5b-math.yaml`. On a machine without
-CUDA the defaults are `use_cpu=True, bf16=False`.
+With no arguments it trains a LoRA adapter on the shipped chain model (`grpo_hub.tasks.chain_model_path`) for
+the built-in "chain" task (multi-step arithmetic with a scratchpad) with `RECOMMENDED_CHAIN_CONFIG` (the same
+as recipes/configs/chain.yaml) and prints held-out accuracy before -> after. `--task digits` (or any task other
+than "chain") starts from the random tiny model with `RECOMMENDED_TINY_CONFIG` (lr 3e-2, 4 generations, 16
+completion tokens). Those defaults suit only the offline models: for a real model (`--model_name_or_path
+Qwen/...`) start from `recipes/configs/qwen2.5-0.5b-math.yaml`. On a machine without CUDA the defaults are
+`use_cpu=True, bf16=False`.
 
 Every `GRPOHubConfig`, `ModelConfig` and `RecipeArguments` field is a flag or a YAML key (`--config`).
 At the end the main process prints a summary (steps, world size, mean reward of the first vs last logged
-steps, time, where the model was saved) and writes it to `<output_dir>/run_summary.json`. With
-`--task arithmetic` (`recipes/configs/arithmetic.yaml`) the model is the offline arithmetic model and the
-summary adds held-out accuracy per level before -> after and the mean all-correct / all-wrong group shares.
+steps, time, where the model was saved) and writes it to `<output_dir>/run_summary.json`. For "chain" and
+"arithmetic" (`recipes/configs/arithmetic.yaml`, the offline arithmetic model) the summary adds held-out
+accuracy per level before -> after and the mean all-correct / all-wrong group shares.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import torch
+import yaml
 from accelerate.utils import is_peft_model
 from transformers import TrainerCallback
 from trl import ModelConfig, TrlParser, get_peft_config
@@ -36,10 +42,13 @@ from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.hub import HubPushCallback
 from grpo_hub.tasks import (
     DEFAULT_TASK,
+    RECOMMENDED_CHAIN_CONFIG,
     RECOMMENDED_TINY_CONFIG,
     arithmetic,
     build_arithmetic_model,
     build_tiny_model,
+    chain,
+    chain_model_path,
     get_reward_funcs,
     load_task_dataset,
 )
@@ -48,17 +57,18 @@ from grpo_hub.training.console import quiet_upstream_warnings, use_compact_progr
 logger = logging.getLogger(__name__)
 SUMMARY_FILE = "run_summary.json"
 SUMMARY_WINDOW = 5  # steps averaged at each end of the reward history
+LEVEL_MEANING = {"chain": "steps in the chain", "arithmetic": "digits of the first operand"}
 
 
 @dataclass
 class RecipeArguments:
     """Which task and data the recipe trains on."""
 
-    task: Literal["digits", "digits_or_letters", "arithmetic", "gsm8k"] = field(
+    task: Literal["chain", "digits", "digits_or_letters", "arithmetic", "gsm8k"] = field(
         default=DEFAULT_TASK,
         metadata={
-            "help": "Built-in task (grpo_hub.tasks): 'digits', 'digits_or_letters' and 'arithmetic' are generated offline; "
-            "'gsm8k' needs --dataset_name and the math extra."
+            "help": "Built-in task (grpo_hub.tasks): 'chain' (default), 'digits', 'digits_or_letters' and "
+            "'arithmetic' are generated offline; 'gsm8k' needs --dataset_name and the math extra."
         },
     )
     num_prompts: int = field(default=512, metadata={"help": "Number of prompts (dataset rows) to train on."})
@@ -92,17 +102,48 @@ class RecipeArguments:
             raise ValueError(
                 f"`--num_prompts` must be >= 1, got {self.num_prompts}. Fix: pass e.g. --num_prompts 512."
             )
+        if self.eval_pass_k and self.task != "arithmetic":
+            raise ValueError(
+                f"`--eval_pass_k` is reported for --task arithmetic only, got --task {self.task}. "
+                "Fix: drop --eval_pass_k."
+            )
 
 
-def tiny_recipe_defaults(has_cuda: bool) -> dict:
-    """Parser defaults of the offline tiny run (a YAML `--config` and CLI flags override them)."""
-    defaults = {k: v for k, v in RECOMMENDED_TINY_CONFIG.items() if not k.startswith("lora_")}
+SCORED_TASKS = {"chain": chain, "arithmetic": arithmetic}  # tasks with a held-out split and `evaluate`
+
+
+def task_defaults(task: str) -> tuple[dict, str]:
+    """(recommended settings, output folder) of the recipe for `task` run on its offline model."""
+    if task == "chain":
+        return RECOMMENDED_CHAIN_CONFIG, "outputs/chain"
+    return RECOMMENDED_TINY_CONFIG, "outputs/grpo-tiny"
+
+
+def requested_task(argv: list[str]) -> str:
+    """The task named by `--task`, else by the `--config` YAML, else `DEFAULT_TASK` (read before parsing, so
+    the parser's defaults can be that task's)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--task")
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    if known.task:
+        return known.task
+    if known.config:
+        with open(known.config) as f:
+            return (yaml.safe_load(f) or {}).get("task", DEFAULT_TASK)
+    return DEFAULT_TASK
+
+
+def recipe_defaults(task: str, has_cuda: bool) -> dict:
+    """Parser defaults of the offline run of `task` (a YAML `--config` and CLI flags override them)."""
+    recommended, output_dir = task_defaults(task)
+    defaults = {k: v for k, v in recommended.items() if not k.startswith("lora_")}
     defaults.update(
-        output_dir="outputs/grpo-tiny",
+        output_dir=output_dir,
         use_peft=True,
-        lora_r=RECOMMENDED_TINY_CONFIG["lora_r"],
-        lora_alpha=RECOMMENDED_TINY_CONFIG["lora_alpha"],
-        lora_target_modules=RECOMMENDED_TINY_CONFIG["lora_target_modules"],
+        lora_r=recommended["lora_r"],
+        lora_alpha=recommended["lora_alpha"],
+        lora_target_modules=recommended["lora_target_modules"],
         lora_dropout=0.0,
         logging_steps=1,
         save_strategy="no",
@@ -113,10 +154,11 @@ def tiny_recipe_defaults(has_cuda: bool) -> dict:
     return defaults
 
 
-def make_parser() -> TrlParser:
-    """TrlParser over (RecipeArguments, GRPOHubConfig, ModelConfig) with the tiny-run defaults."""
+def make_parser(argv: list[str] | None = None) -> TrlParser:
+    """TrlParser over (RecipeArguments, GRPOHubConfig, ModelConfig) with the defaults of the task `argv` names."""
     parser = TrlParser((RecipeArguments, GRPOHubConfig, ModelConfig))
-    parser.set_defaults(**tiny_recipe_defaults(torch.cuda.is_available()))
+    task = requested_task(sys.argv[1:] if argv is None else argv)
+    parser.set_defaults(**recipe_defaults(task, torch.cuda.is_available()))
     return parser
 
 
@@ -188,8 +230,15 @@ def hub_push_callback(training_args: GRPOHubConfig, model_name: str) -> HubPushC
 
 def heldout_accuracy(trainer, recipe_args: RecipeArguments) -> dict:
     """Held-out accuracy per level of the model being trained (every rank generates: ZeRO-3 needs all)."""
+    extra = {"pass_k": recipe_args.eval_pass_k} if recipe_args.eval_pass_k else {}
     with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-        return arithmetic.evaluate(model, trainer.processing_class, "heldout", pass_k=recipe_args.eval_pass_k)
+        return SCORED_TASKS[recipe_args.task].evaluate(model, trainer.processing_class, "heldout", **extra)
+
+
+OFFLINE_MODEL = {
+    "chain": chain_model_path,
+    "arithmetic": build_arithmetic_model,
+}  # else the random tiny model
 
 
 def accuracy_line(before: dict, after: dict) -> str:
@@ -203,15 +252,13 @@ def accuracy_line(before: dict, after: dict) -> str:
 
 def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args: ModelConfig) -> dict:
     """Train, save the model/adapter to `output_dir`, print and write the summary; return it."""
-    model_name = model_args.model_name_or_path or (
-        build_arithmetic_model() if recipe_args.task == "arithmetic" else build_tiny_model()
-    )
+    model_name = model_args.model_name_or_path or OFFLINE_MODEL.get(recipe_args.task, build_tiny_model)()
     if (
         model_args.model_name_or_path
-        and training_args.learning_rate == RECOMMENDED_TINY_CONFIG["learning_rate"]
+        and training_args.learning_rate == task_defaults(recipe_args.task)[0]["learning_rate"]
     ):
         logger.warning(
-            "learning_rate=%s is the tiny-model default; for a real model set --learning_rate (e.g. 1e-5) "
+            "learning_rate=%s is the offline model's default; for a real model set --learning_rate (e.g. 1e-5) "
             "or start from recipes/configs/qwen2.5-0.5b-math.yaml",
             training_args.learning_rate,
         )
@@ -241,7 +288,7 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
     )
     if not recipe_args.full_logs:
         use_compact_progress(trainer)
-    scored = recipe_args.task == "arithmetic"
+    scored = recipe_args.task in SCORED_TASKS
     before = heldout_accuracy(trainer, recipe_args) if scored else None
     start = time.perf_counter()
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -263,7 +310,7 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
     )
     if scored:
         trainer.accelerator.print(
-            "held-out accuracy before -> after (per level = digits of the first operand): "
+            f"held-out accuracy before -> after (per level = {LEVEL_MEANING[recipe_args.task]}): "
             + accuracy_line(summary["heldout_before"], summary["heldout_after"])
         )
     if "pushed" in summary:

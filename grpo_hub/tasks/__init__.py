@@ -3,17 +3,20 @@
 ```python
 from grpo_hub.tasks import DEFAULT_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
 ```
-`builtin` (the recipe's tasks), `arithmetic` (the graded arithmetic task: splits, rewards, `evaluate`),
+`builtin` (the recipe's tasks), `chain` (the default reasoning task: multi-step arithmetic with a scratchpad,
+2,000 held-out problems), `chain_model` (its shipped pretrained model, reproducible by its build),
+`arithmetic` (the one-step arithmetic task: splits, rewards, `evaluate`),
 `tiny_model` (offline random Qwen2 + BPE tokenizer), `arithmetic_model` (offline Qwen2 taught some arithmetic),
 `model_cache` (their cached, race-safe builds), `tool_task` (multi-turn tool calls), `gym` (GRPO on
 classic-control environments, needs the `gym` extra).
 """
 
-from grpo_hub.tasks import arithmetic
+from grpo_hub.tasks import arithmetic, chain
 from grpo_hub.tasks.arithmetic_model import build_arithmetic_model
 from grpo_hub.tasks.builtin import (
     DEFAULT_TASK,
     OFFLINE_TASKS,
+    RECOMMENDED_CHAIN_CONFIG,
     RECOMMENDED_TINY_CONFIG,
     TASKS,
     answer_format_reward,
@@ -24,23 +27,27 @@ from grpo_hub.tasks.builtin import (
     load_task_dataset,
     math_correctness_reward,
 )
+from grpo_hub.tasks.chain_model import chain_model_path
 from grpo_hub.tasks.tiny_model import build_tiny_model
 
 # The offline base models by name (`grpo-hub compare --base-model arithmetic`): each builds or finds its folder.
-OFFLINE_MODELS = {"arithmetic": build_arithmetic_model, "tiny": build_tiny_model}
-DEFAULT_COMPARE_BASE = "arithmetic"  # the Space shows the reasoning task by default
+OFFLINE_MODELS = {"chain": chain_model_path, "arithmetic": build_arithmetic_model, "tiny": build_tiny_model}
+DEFAULT_COMPARE_BASE = "chain"  # the Space shows the model of the recipe's default task by default
 
 __all__ = [
     "DEFAULT_COMPARE_BASE",
     "OFFLINE_MODELS",
     "DEFAULT_TASK",
     "OFFLINE_TASKS",
+    "RECOMMENDED_CHAIN_CONFIG",
     "RECOMMENDED_TINY_CONFIG",
     "TASKS",
     "answer_format_reward",
     "arithmetic",
     "build_arithmetic_model",
     "build_tiny_model",
+    "chain",
+    "chain_model_path",
     "digit_fraction_reward",
     "get_reward_funcs",
     "gsm8k_gold",

@@ -172,13 +172,21 @@ def arithmetic_format_reward(prompts, completions, **kwargs) -> list[float]:
     return [FORMAT_REWARD * bool(_BARE_INTEGER.fullmatch(completion_text(c))) for c in completions]
 
 
-def _generate_answers(model, tokenizer, problems, max_new_tokens, k, temperature, batch_size) -> list[str]:
-    """Completions of every problem: greedy when k == 0, else k samples each (problem-major order)."""
+def generate_answers(
+    model,
+    tokenizer,
+    questions: Sequence[str],
+    max_new_tokens: int,
+    batch_size: int,
+    k: int = 0,
+    temperature=1.0,
+) -> list[str]:
+    """Completions of every question (as a chat prompt): greedy when k == 0, else k samples each (question-major)."""
     import torch
 
     texts = [
-        tokenizer.apply_chat_template(chat_prompt(p.question), tokenize=False, add_generation_prompt=True)
-        for p in problems
+        tokenizer.apply_chat_template(chat_prompt(question), tokenize=False, add_generation_prompt=True)
+        for question in questions
     ]
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     options = {"do_sample": False} if k == 0 else {"do_sample": True, "temperature": temperature}
@@ -225,12 +233,13 @@ def evaluate(
 
     problems = split_problems(split, n, seed)
     model.eval()
-    greedy = _generate_answers(model, tokenizer, problems, max_new_tokens, 0, temperature, batch_size)
+    questions = [p.question for p in problems]
+    greedy = generate_answers(model, tokenizer, questions, max_new_tokens, batch_size)
     right = {"greedy": [parse_answer(text) == p.answer for text, p in zip(greedy, problems, strict=True)]}
     if pass_k > 0:
         torch.manual_seed(sample_seed)
-        samples = _generate_answers(
-            model, tokenizer, problems, max_new_tokens, pass_k, temperature, batch_size
+        samples = generate_answers(
+            model, tokenizer, questions, max_new_tokens, batch_size, pass_k, temperature
         )
         hits = [parse_answer(text) == problems[i // pass_k].answer for i, text in enumerate(samples)]
         per_problem = [hits[i * pass_k : (i + 1) * pass_k] for i in range(len(problems))]

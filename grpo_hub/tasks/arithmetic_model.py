@@ -84,33 +84,37 @@ class ProblemEncoder:
         ]
 
 
-def sft_batches(encoder: ProblemEncoder, seed: int, sft: dict):
-    """Endless (input_ids, attention_mask, labels) batches, left-padded, loss on the answer tokens only."""
+def collate(rows: list[tuple[list[int], list[int]]], pad: int):
+    """(input_ids, attention_mask, labels) of (prompt ids, completion ids) rows, left-padded, loss on completions."""
     import torch
 
+    width = max(len(p) + len(c) for p, c in rows)
+    ids = torch.full((len(rows), width), pad)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for i, (prompt, completion) in enumerate(rows):
+        length = len(prompt) + len(completion)
+        ids[i, width - length :] = torch.tensor(prompt + completion)
+        mask[i, width - length :] = 1
+        labels[i, width - len(completion) :] = torch.tensor(completion)
+    return ids, mask, labels
+
+
+def sft_batches(encoder: ProblemEncoder, seed: int, sft: dict):
+    """Endless (input_ids, attention_mask, labels) batches of problems, never a held-out one."""
     rng = random.Random(f"arithmetic-sft-{seed}")
     skip = {p.question for p in heldout_problems(seed)}
-    pad = encoder.tokenizer.pad_token_id
     while True:
         rows = []
         while len(rows) < sft["batch_size"]:
             problem = make_problem(rng, rng.choices(LEVELS, weights=sft["level_weights"])[0])
             if problem.question not in skip:
                 rows.append(encoder(problem.question, problem.answer))
-        width = max(len(p) + len(c) for p, c in rows)
-        ids = torch.full((len(rows), width), pad)
-        mask = torch.zeros_like(ids)
-        labels = torch.full_like(ids, -100)
-        for i, (prompt, completion) in enumerate(rows):
-            length = len(prompt) + len(completion)
-            ids[i, width - length :] = torch.tensor(prompt + completion)
-            mask[i, width - length :] = 1
-            labels[i, width - len(completion) :] = torch.tensor(completion)
-        yield ids, mask, labels
+        yield collate(rows, encoder.tokenizer.pad_token_id)
 
 
-def supervised_train(model, tokenizer, seed: int, sft: dict) -> None:
-    """AdamW on next-token loss for `sft["steps"]` batches, linear warm-up, one thread, deterministic."""
+def supervised_train(model, batches, seed: int, sft: dict) -> None:
+    """AdamW on next-token loss for `sft["steps"]` of `batches`, linear warm-up, one thread, deterministic."""
     import torch
 
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
@@ -123,7 +127,6 @@ def supervised_train(model, tokenizer, seed: int, sft: dict) -> None:
             optimizer, lambda step: min(1.0, (step + 1) / sft["warmup_steps"])
         )
         model.train()
-        batches = sft_batches(ProblemEncoder(tokenizer), seed, sft)
         for _ in range(sft["steps"]):
             ids, mask, labels = next(batches)
             model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
@@ -141,7 +144,7 @@ def _write_model(folder: Path, seed: int, sft: dict) -> None:
     """Tokenizer + supervised-trained model into `folder`."""
     tokenizer = char_tokenizer()
     model = init_model(tokenizer, seed, shape=MODEL_SHAPE)
-    supervised_train(model, tokenizer, seed, sft)
+    supervised_train(model, sft_batches(ProblemEncoder(tokenizer), seed, sft), seed, sft)
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
 

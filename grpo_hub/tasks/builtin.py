@@ -8,8 +8,12 @@ reward_funcs = get_reward_funcs(DEFAULT_TASK)       # TRL reward callables
 ```
 
 Tasks
-- `"digits"` (default): "Write only digits: 4 1 7" -> reward = fraction of non-whitespace completion
-  characters that are digits. Graded in [0, 1]; a random model scores ~0.18.
+- `"chain"` (default): "37+5*3-4=" as a chat message, answered with a scratchpad ("37+5=42,42*3=126,126-4=122")
+  -> `chain_correctness_reward` (the final integer); 2,000 held-out problems (`grpo_hub.tasks.chain`). Its
+  model is the shipped `chain_model_path()`, its settings `RECOMMENDED_CHAIN_CONFIG`.
+- `"digits"`: "Write only digits: 4 1 7" -> reward = fraction of non-whitespace completion
+  characters that are digits. Graded in [0, 1]; a random model scores ~0.18. A smoke task: the random tiny
+  model learns to print digits (a reward hack, nothing to generalise); settings `RECOMMENDED_TINY_CONFIG`.
 - `"digits_or_letters"`: "Write only digits:" or "Write only letters:" -> reward = fraction of characters
   of the asked kind. The model must read the prompt; full fine-tuning learns it, LoRA much more slowly.
 - `"arithmetic"`: "37+5=" as a chat message -> `arithmetic_correctness_reward` (exact integer) +
@@ -35,11 +39,12 @@ import string
 from collections.abc import Callable
 
 from grpo_hub.tasks.arithmetic import arithmetic_correctness_reward, arithmetic_format_reward, load_arithmetic
+from grpo_hub.tasks.chain import chain_correctness_reward, load_chain
 from grpo_hub.tasks.text import completion_text
 from grpo_hub.tasks.tiny_model import build_tiny_model
 
-DEFAULT_TASK = "digits"
-OFFLINE_TASKS = ("digits", "digits_or_letters", "arithmetic")
+DEFAULT_TASK = "chain"
+OFFLINE_TASKS = ("chain", "digits", "digits_or_letters", "arithmetic")
 TASKS = (*OFFLINE_TASKS, "gsm8k")
 RECOMMENDED_TINY_CONFIG = {
     "learning_rate": 3e-2,
@@ -50,6 +55,18 @@ RECOMMENDED_TINY_CONFIG = {
     "num_generations": 4,
     "per_device_train_batch_size": 16,
     "max_completion_length": 16,
+    "beta": 0.0,
+    "temperature": 1.0,
+}
+RECOMMENDED_CHAIN_CONFIG = {  # recipes/configs/chain.yaml: the main job (docs/tasks.md has the measurements)
+    "learning_rate": 2e-3,
+    "lora_r": 16,
+    "lora_alpha": 32,
+    "lora_target_modules": "all-linear",
+    "max_steps": 200,
+    "num_generations": 8,
+    "per_device_train_batch_size": 64,
+    "max_completion_length": 48,
     "beta": 0.0,
     "temperature": 1.0,
 }
@@ -189,8 +206,9 @@ def load_task_dataset(
 ):
     """Return a `datasets.Dataset` of `n` rows for `task`, deterministic in `seed`.
 
+    "chain" and "arithmetic" have conversational prompts + "answer" and "level" (their "train" split);
     "digits" and "digits_or_letters" have a plain-text "prompt" column plus whatever their rewards read
-    ("kind"); "arithmetic" has conversational prompts + "answer" and "level" (its "train" split).
+    ("kind").
     "gsm8k" loads `dataset_name` (Hub id or local path) and gives conversational prompts + "solution".
     """
     from datasets import Dataset
@@ -204,6 +222,8 @@ def load_task_dataset(
         raise ValueError(f"task {task!r} is generated offline; drop `dataset_name` or use task 'gsm8k'")
     if task == "arithmetic":
         return load_arithmetic("train", n, seed)
+    if task == "chain":
+        return load_chain("train", n, seed)
     rows = digit_prompts(n, seed) if task == "digits" else kind_prompts(n, seed)
     return Dataset.from_list(rows)
 
@@ -212,6 +232,7 @@ def get_reward_funcs(task: str = DEFAULT_TASK) -> list[Callable]:
     """TRL reward callables for `task` (each `(prompts, completions, **kwargs) -> list[float]`)."""
     _check_task(task)
     return {
+        "chain": [chain_correctness_reward],
         "digits": [digit_fraction_reward],
         "digits_or_letters": [kind_fraction_reward],
         "arithmetic": [arithmetic_correctness_reward, arithmetic_format_reward],

@@ -14,7 +14,12 @@ RECIPE = REPO_ROOT / "recipes" / "grpo.py"
 CONFIGS = REPO_ROOT / "recipes" / "configs"
 CPU_CONFIGS = ("grpo", "gspo", "cispo", "filtered", "ref-refresh")
 ARITHMETIC_CONFIGS = ("arithmetic", "arithmetic-full")  # run by tests/recipes/test_arithmetic_recipe.py
-ALL_CONFIGS = (*CPU_CONFIGS, *ARITHMETIC_CONFIGS, "vllm-colocate", "qwen2.5-0.5b-math")
+CHAIN_FAST = {"filter_zero_signal": True, "selective_rollout": True}  # the preset's switches
+CHAIN_CONFIGS = (
+    "chain",
+    "chain-fast",
+)  # the main job and the recommended preset (benchmarks/time_to_accuracy.py)
+ALL_CONFIGS = (*CPU_CONFIGS, *ARITHMETIC_CONFIGS, *CHAIN_CONFIGS, "vllm-colocate", "qwen2.5-0.5b-math")
 
 
 def load_recipe():
@@ -32,7 +37,7 @@ def recipe():
 
 
 def parse(recipe, *argv):
-    return recipe.make_parser().parse_args_and_config(list(argv))
+    return recipe.make_parser(list(argv)).parse_args_and_config(list(argv))
 
 
 def launch(tmp_path, *args, accelerate_config=None, timeout=600, env=None):
@@ -54,13 +59,48 @@ def launch(tmp_path, *args, accelerate_config=None, timeout=600, env=None):
 
 
 @pytest.mark.slow
-def test_default_run_learns_and_saves_the_adapter(tmp_path):
+def test_default_run_learns_the_chain_task_and_saves_the_adapter(tmp_path):
+    """The README's main job: held-out accuracy (2,000 problems) gains >= 15 points (measured: docs/tasks.md)."""
     summary, out = launch(tmp_path)
-    assert summary["task"] == "digits" and summary["peft"] is True
-    assert summary["steps"] == 30 and summary["world_size"] == 1 and len(summary["rewards"]) == 30
-    assert summary["reward_last"] > summary["reward_first"] + 0.3, summary
+    assert summary["task"] == "chain" and summary["peft"] is True
+    assert summary["steps"] == 200 and summary["world_size"] == 1 and len(summary["rewards"]) == 200
+    before, after = summary["heldout_before"]["greedy"]["all"], summary["heldout_after"]["greedy"]["all"]
+    assert after >= before + 0.15, summary
+    assert (
+        "held-out accuracy before -> after (per level = steps in the chain)"
+        in (tmp_path / "console.log").read_text()
+    )
     assert (out / "adapter_model.safetensors").is_file() and (out / "adapter_config.json").is_file()
     assert not (out / "ref").exists()
+
+
+@pytest.mark.slow
+def test_digits_task_by_flag_learns_with_the_tiny_settings(tmp_path):
+    summary, out = launch(tmp_path, "--task", "digits")
+    assert summary["task"] == "digits" and summary["steps"] == 30 and len(summary["rewards"]) == 30
+    assert summary["reward_last"] > summary["reward_first"] + 0.3, summary
+    assert "heldout_before" not in summary and (out / "adapter_model.safetensors").is_file()
+
+
+def test_defaults_follow_the_task_named_on_the_command_line_or_in_the_yaml(recipe):
+    from grpo_hub.tasks import RECOMMENDED_CHAIN_CONFIG, RECOMMENDED_TINY_CONFIG
+
+    for argv, task, recommended, output_dir in [
+        ([], "chain", RECOMMENDED_CHAIN_CONFIG, "outputs/chain"),
+        (["--task", "digits"], "digits", RECOMMENDED_TINY_CONFIG, "outputs/grpo-tiny"),
+        (["--task=digits_or_letters"], "digits_or_letters", RECOMMENDED_TINY_CONFIG, "outputs/grpo-tiny"),
+        (["--config", str(CONFIGS / "grpo.yaml")], "digits", RECOMMENDED_TINY_CONFIG, "outputs/grpo"),
+    ]:
+        recipe_args, training_args, model_args = parse(recipe, *argv)
+        assert recipe_args.task == task and training_args.output_dir == output_dir
+        assert training_args.learning_rate == recommended["learning_rate"]
+        assert training_args.max_completion_length == recommended["max_completion_length"]
+        assert model_args.lora_r == recommended["lora_r"]
+
+
+def test_pass_k_outside_the_arithmetic_task_is_refused(recipe):
+    with pytest.raises(ValueError, match="eval_pass_k"):
+        parse(recipe, "--eval_pass_k", "8")
 
 
 @pytest.mark.slow
@@ -102,6 +142,8 @@ def test_every_config_parses(recipe, name):
         "qwen2.5-0.5b-math": {"use_vllm": True, "max_completion_length": 512},
         "arithmetic": {"num_generations": 8, "max_completion_length": 8},
         "arithmetic-full": {"num_generations": 8, "max_completion_length": 8},
+        "chain": {"num_generations": 8, "max_completion_length": 48, "learning_rate": 2e-3},
+        "chain-fast": {**CHAIN_FAST, "max_completion_length": 48},
     }.get(name, {"loss_type": "dapo", "learning_rate": 3e-2})
     assert {k: getattr(training_args, k) for k in expected} == expected
     if name == "qwen2.5-0.5b-math":
@@ -109,6 +151,8 @@ def test_every_config_parses(recipe, name):
         assert model_args.model_name_or_path == "Qwen/Qwen2.5-0.5B-Instruct"
     elif name in ARITHMETIC_CONFIGS:
         assert recipe_args.task == "arithmetic" and model_args.model_name_or_path is None
+    elif name in CHAIN_CONFIGS:
+        assert recipe_args.task == "chain" and model_args.model_name_or_path is None
     else:
         assert recipe_args.task == "digits" and model_args.model_name_or_path is None
 

@@ -1,0 +1,163 @@
+"""Built-in task "chain": multi-step arithmetic solved with a scratchpad, the default reasoning task.
+
+```python
+from grpo_hub.tasks.chain import load_chain, evaluate
+train = load_chain("train", n=4096, seed=0)    # Dataset: prompt (chat messages), answer, level
+report = evaluate(model, tokenizer)            # held-out accuracy per level (2,000 problems), greedy
+```
+
+A problem is a two-digit start value followed by `level` steps (1-4), each an op in `+ - *` with a one-digit
+operand, applied left to right: "37+5*3-4=". Every intermediate value stays in 0..999 (a step that would
+leave that range is redrawn), so each step is a small sum, difference or product. The model answers with a
+scratchpad, one step per clause (the step copied, then its result), and the last result is the answer:
+
+    37+5*3-4=   ->   37+5=42,42*3=126,126-4=122
+
+so a completion runs 5-40 tokens (one token per character) and errors compound along the chain: a level is
+how many steps must all be right. `chain_correctness_reward` is 1.0 when the completion's last integer is the
+answer (only correctness is rewarded, so a group is zero-signal exactly when all its answers agree in
+rightness). Splits: "heldout" is `HELDOUT_PER_LEVEL` (500) distinct problems per level, 2,000 in all (standard
+error <= 1.1 points), from its own seed stream; "train" draws from another stream and skips every held-out
+problem. The model is `chain_model.chain_model_path()`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from grpo_hub.tasks.arithmetic import (
+    CHAT_TEMPLATE,
+    SPLITS,
+    accuracy_by_level,
+    chat_prompt,
+    generate_answers,
+    parse_answer,
+)
+from grpo_hub.tasks.text import completion_text
+
+__all__ = ["CHAT_TEMPLATE", "chain_correctness_reward", "evaluate", "load_chain", "make_problem"]
+
+LEVELS = (1, 2, 3, 4)
+HELDOUT_PER_LEVEL = 500
+MAX_VALUE = 999
+MAX_COMPLETION_TOKENS = 48  # the longest scratchpad (4 clauses like "999-9=990", 3 commas) + EOS fits
+OPS = "+-*"
+
+
+@dataclass(frozen=True)
+class ChainProblem:
+    """One problem: `question` ("37+5*3="), the worked `solution` ("37+5=42,42*3=126"), its `answer` ("126")."""
+
+    question: str
+    solution: str
+    answer: str
+    level: int
+
+
+def _apply(value: int, op: str, operand: int) -> int:
+    return {"+": value + operand, "-": value - operand, "*": value * operand}[op]
+
+
+def make_problem(rng: random.Random, level: int) -> ChainProblem:
+    """A random problem of `level` steps whose every intermediate value lies in 0..`MAX_VALUE`."""
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    value = rng.randint(10, 99)
+    question, steps = str(value), []
+    for _ in range(level):
+        while True:
+            op, operand = rng.choice(OPS), rng.randint(1, 9)
+            result = _apply(value, op, operand)
+            if 0 <= result <= MAX_VALUE and not (op == "*" and operand == 1):
+                break
+        question += f"{op}{operand}"
+        steps.append(f"{value}{op}{operand}={result}")
+        value = result
+    return ChainProblem(question + "=", ",".join(steps), str(value), level)
+
+
+def _draw(stream: str, per_level: int, skip=frozenset()) -> list[ChainProblem]:
+    """`per_level` distinct problems per level (in level order) from `stream`, none of whose questions is in `skip`."""
+    rng = random.Random(stream)
+    problems = []
+    for level in LEVELS:
+        seen = set(skip)
+        while sum(p.level == level for p in problems) < per_level:
+            problem = make_problem(rng, level)
+            if problem.question not in seen:
+                seen.add(problem.question)
+                problems.append(problem)
+    return problems
+
+
+def heldout_problems(seed: int = 0) -> list[ChainProblem]:
+    """The fixed held-out set: `HELDOUT_PER_LEVEL` distinct problems per level, ordered by level."""
+    return _draw(f"chain-heldout-{seed}", HELDOUT_PER_LEVEL)
+
+
+def train_problems(n: int, seed: int = 0, stream: str = "train") -> list[ChainProblem]:
+    """`n` problems (levels in turn, shuffled), never one of the held-out set of the same seed.
+
+    `stream` names an independent sequence ("train" for GRPO prompts, "sft" for the model's build)."""
+    heldout = {p.question for p in heldout_problems(seed)}
+    rng = random.Random(f"chain-{stream}-{seed}")
+    problems = []
+    while len(problems) < n:
+        problem = make_problem(rng, LEVELS[len(problems) % len(LEVELS)])
+        if problem.question not in heldout:
+            problems.append(problem)
+    rng.shuffle(problems)
+    return problems
+
+
+def split_problems(split: str, n: int, seed: int = 0) -> list[ChainProblem]:
+    """ "train" -> `n` problems; "heldout" -> the first `n` (<= `HELDOUT_PER_LEVEL`) problems of each level."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if split == "train":
+        return train_problems(n, seed)
+    if not 1 <= n <= HELDOUT_PER_LEVEL:
+        raise ValueError(
+            f"the held-out split has {HELDOUT_PER_LEVEL} problems per level; n={n!r} is outside that"
+        )
+    return [p for i, p in enumerate(heldout_problems(seed)) if i % HELDOUT_PER_LEVEL < n]
+
+
+def load_chain(split: str = "train", n: int = 4096, seed: int = 0):
+    """`datasets.Dataset` with columns prompt (chat messages), answer (integer as text), level."""
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [
+            {"prompt": chat_prompt(p.question), "answer": p.answer, "level": p.level}
+            for p in split_problems(split, n, seed)
+        ]
+    )
+
+
+def chain_correctness_reward(prompts, completions, answer, **kwargs) -> list[float]:
+    """1.0 when the completion's last integer equals the row's `answer`, else 0.0 (no integer: 0.0)."""
+    return [
+        float(parse_answer(completion_text(c)) == parse_answer(str(gold)))
+        for c, gold in zip(completions, answer, strict=True)
+    ]
+
+
+def evaluate(
+    model,
+    tokenizer,
+    split: str = "heldout",
+    *,
+    n: int = HELDOUT_PER_LEVEL,
+    seed: int = 0,
+    batch_size: int = 500,
+) -> dict:
+    """Greedy accuracy per level on `split` ({"greedy": {"1": ..., "all": ...}}); puts the model in eval mode."""
+    problems = split_problems(split, n, seed)
+    model.eval()
+    texts = generate_answers(
+        model, tokenizer, [p.question for p in problems], MAX_COMPLETION_TOKENS, batch_size
+    )
+    right = [parse_answer(text) == p.answer for text, p in zip(texts, problems, strict=True)]
+    return {"greedy": accuracy_by_level(right, problems)}
