@@ -146,7 +146,8 @@ def register_space(subparsers) -> None:
     )
     deploy.add_argument(
         "--base-model",
-        help="Hub id of the base model, or an offline model built on the Space: arithmetic (default), tiny",
+        help="Hub id of the base model, or an offline model by name (made on the Space): "
+        "chain (default), arithmetic, tiny",
     )
     deploy.add_argument(
         "--open-models",
@@ -173,12 +174,12 @@ def register_compare(subparsers) -> None:
     compare = subparsers.add_parser(
         "compare",
         help="serve the comparison Space locally: base model vs up to four adapters "
-        "(default: the offline tiny model and the adapters in ./outputs)",
+        "(default: the offline chain model and the adapters in ./outputs)",
     )
     compare.add_argument(
         "--base-model",
-        help="base model: Hub id, folder, or an offline model: arithmetic, tiny "
-        "(default: GRPO_HUB_BASE_MODEL, else arithmetic)",
+        help="base model: Hub id, folder, or an offline model: chain, arithmetic, tiny "
+        "(default: GRPO_HUB_BASE_MODEL, else chain)",
     )
     compare.add_argument(
         "--adapters",
@@ -198,8 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grpo-hub",
         description="grpo_hub: from a trained GRPO LoRA adapter to the Hub and a comparison Space",
-        epilog="walkthrough: grpo-hub push outputs/grpo-tiny OWNER/tiny-grpo; "
-        "grpo-hub space deploy OWNER/tiny-grpo-space --adapters OWNER/tiny-grpo@main",
+        epilog="walkthrough: grpo-hub push outputs/chain OWNER/chain-grpo; "
+        "grpo-hub space deploy OWNER/chain-grpo-space --base-model chain --adapters OWNER/chain-grpo@main",
     )
     parser.add_argument("--version", action="version", version=f"grpo-hub {grpo_hub.__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -1,8 +1,9 @@
 """Deploy the comparison Space to the Hub: `deploy_space("owner/name", adapters=..., base_model=...)`.
 
 One commit to a Gradio Space repo (created if missing) holds `app.py` and the Space card (`README.md`,
-front matter validated by the Hub) from `spaces_app/`, the `grpo_hub` package source itself (the Space
-imports it from its own folder: `grpo-hub` is on no package registry) and a `requirements.txt` listing
+front matter validated by the Hub) from `spaces_app/`, the `grpo_hub` package itself, source and package data
+such as the shipped chain model (the Space imports it from its own folder: `grpo-hub` is on no package
+registry, and builds or finds the offline base models there) and a `requirements.txt` listing
 grpo_hub's runtime dependencies from its package metadata. Files of an earlier deploy that are gone from the
 package are deleted in the same commit. The models are Space variables (`SPACE_VARIABLES`), read by
 `grpo_hub.compare.space.default_config`; `public=True` locks the model fields of the UI to them.
@@ -53,17 +54,23 @@ def space_requirements() -> str:
     return "\n".join(dict.fromkeys(lines)) + "\n"
 
 
-def package_source_files() -> dict[str, Path]:
-    """Repo path -> file for every Python module of the grpo_hub package (no caches)."""
+def _is_packaged(relative: Path) -> bool:
+    """Whether a path inside the package folder belongs to the package: not in a cache, not hidden."""
+    return not any(part == "__pycache__" or part.startswith(".") for part in relative.parts)
+
+
+def package_files() -> dict[str, Path]:
+    """Repo path -> file for every file of the grpo_hub package: its modules and its package data (the shipped
+    chain model in `tasks/data/chain-model/`, which the Space loads as base "chain")."""
     return {
         f"grpo_hub/{path.relative_to(PACKAGE).as_posix()}": path
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if "__pycache__" not in path.parts
+        for path in sorted(PACKAGE.rglob("*"))
+        if path.is_file() and _is_packaged(path.relative_to(PACKAGE))
     }
 
 
 def space_files() -> dict[str, bytes | Path]:
-    """Everything the Space repo holds: app, card, requirements and the package source."""
+    """Everything the Space repo holds: app, card, requirements and the package (source and data)."""
     missing = [name for name in SPACE_FILES if not (SPACE_APP / name).is_file()]
     if missing:
         raise ValueError(
@@ -72,7 +79,7 @@ def space_files() -> dict[str, bytes | Path]:
         )
     files: dict[str, bytes | Path] = {name: SPACE_APP / name for name in SPACE_FILES}
     files["requirements.txt"] = space_requirements().encode()
-    return files | package_source_files()
+    return files | package_files()
 
 
 def space_variables(base_model: str | None, adapters: str, public: bool) -> dict[str, str]:
@@ -80,7 +87,7 @@ def space_variables(base_model: str | None, adapters: str, public: bool) -> dict
     specs = parse_adapter_specs(adapters)
     if not specs:
         raise ValueError(
-            "--adapters is empty. Fix: name the pushed adapters, e.g. --adapters alice/tiny-grpo@main."
+            "--adapters is empty. Fix: name the pushed adapters, e.g. --adapters alice/chain-grpo@main."
         )
     names = [s for s in (*specs, base_model) if s]
     local = [s for s in names if s.startswith(("/", "./", "../", "~")) or Path(s).exists()]
@@ -106,8 +113,9 @@ def deploy_space(
 ) -> DeployResult:
     """Create or update the Gradio Space `space_id` in one commit and set its variables; returns its URL.
 
-    `base_model` unset: the Space builds grpo_hub's offline arithmetic model; "tiny" names the recipe's default
-    base (both are built on the Space, see `grpo_hub.tasks.OFFLINE_MODELS`).
+    `base_model` unset: the Space loads grpo_hub's offline chain model, the recipe's default base (shipped in
+    the uploaded package); "arithmetic" and "tiny" name the other offline models (built on the Space, see
+    `grpo_hub.tasks.OFFLINE_MODELS`).
     """
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 

@@ -1,9 +1,10 @@
 """Score and diff the columns of a comparison: built-in task rewards on free text, word-level diffs.
 
 Rewards are the built-in task reward functions. Those that read a dataset column (the letter task's
-`kind`, the arithmetic task's `answer`) get it from the task's own prompt rows; for any other prompt they
-are reported as missing. Arithmetic prompts are held-out problems written out in the chat template, since
-the bank feeds the prompt text to the model as it is.
+`kind`, the chain and arithmetic tasks' `answer`) get it from the task's own prompt rows; for any other
+prompt they are reported as missing. The prompts of the scored tasks (`scored_tasks`: chain, arithmetic)
+are their held-out problems written out in the chat template, since the bank feeds the prompt text to the
+model as it is; an answer to one of them is marked right or wrong (`correctness`).
 """
 
 from __future__ import annotations
@@ -26,40 +27,60 @@ def reward_functions() -> dict:
     return {fn.__name__: (task, fn) for task in OFFLINE_TASKS for fn in get_reward_funcs(task)}
 
 
+def scored_tasks() -> dict:
+    """Task -> (its held-out problems, its correctness reward) for the tasks whose answers are marked right or
+    wrong, in the order of the Space's examples: chain (the default task) first."""
+    from grpo_hub.tasks import arithmetic, chain
+
+    return {
+        "chain": (chain.heldout_problems, chain.chain_correctness_reward),
+        "arithmetic": (arithmetic.heldout_problems, arithmetic.arithmetic_correctness_reward),
+    }
+
+
 @functools.lru_cache(maxsize=4)
 def task_rows(task: str) -> dict[str, dict]:
-    """The task's prompt rows by prompt text, to find the columns a reward reads: 512 rows at seed 0, or
-    for "arithmetic" its held-out problems (seed 0) in chat-template text."""
+    """The task's prompt rows by prompt text, to find the columns a reward reads: 512 rows at seed 0, or for
+    a scored task its held-out problems (seed 0) in chat-template text (chain's template is arithmetic's)."""
     from grpo_hub.tasks import arithmetic, load_task_dataset
 
-    if task == "arithmetic":
+    if task in scored_tasks():
+        heldout_problems, _ = scored_tasks()[task]
         return {
             arithmetic.chat_text(p.question): {"answer": p.answer, "level": p.level}
-            for p in arithmetic.heldout_problems()
+            for p in heldout_problems()
         }
     return {row["prompt"]: row for row in load_task_dataset(task, n=512, seed=0)}
 
 
+def _first_of_each_level(task: str) -> list[str]:
+    """The first held-out prompt of each level of a scored task, in level order."""
+    first_of_level = {}
+    for prompt, row in task_rows(task).items():
+        first_of_level.setdefault(row["level"], prompt)
+    return [first_of_level[level] for level in sorted(first_of_level)]
+
+
 def example_prompts(per_task: int = 3) -> list[str]:
-    """A few distinct prompts of each offline task, for the Space's examples: arithmetic first (one per level)."""
+    """Prompts for the Space's examples: those of the scored tasks first (chain, then arithmetic; one per
+    level), then `per_task` distinct prompts of each other offline task."""
     from grpo_hub.tasks import OFFLINE_TASKS
 
-    first_of_level = {}
-    for prompt, row in task_rows("arithmetic").items():
-        first_of_level.setdefault(row["level"], prompt)
-    others = [task for task in OFFLINE_TASKS if task != "arithmetic"]
-    return [*first_of_level.values(), *(p for task in others for p in list(task_rows(task))[:per_task])]
+    scored = [prompt for task in scored_tasks() for prompt in _first_of_each_level(task)]
+    others = [task for task in OFFLINE_TASKS if task not in scored_tasks()]
+    return [*scored, *(p for task in others for p in list(task_rows(task))[:per_task])]
 
 
 def correctness(prompt: str, completions: list[str]) -> list[bool] | None:
-    """Right / wrong of each completion for an arithmetic held-out prompt; None for any other prompt."""
-    from grpo_hub.tasks.arithmetic import arithmetic_correctness_reward
+    """Right / wrong of each completion for a held-out prompt of a scored task; None for any other prompt.
 
-    row = task_rows("arithmetic").get(prompt)
-    if row is None:
-        return None
-    rewards = arithmetic_correctness_reward(None, completions, answer=[row["answer"]] * len(completions))
-    return [reward == 1.0 for reward in rewards]
+    A prompt held out by both tasks ("37+5=": chain level 1, arithmetic level 2) has one answer in both."""
+    for task, (_, correctness_reward) in scored_tasks().items():
+        row = task_rows(task).get(prompt)
+        if row is not None:
+            rewards = correctness_reward(None, completions, answer=[row["answer"]] * len(completions))
+            return [reward == 1.0 for reward in rewards]
+    return None
 
 
 def _needed_columns(fn) -> list[str]:
@@ -108,7 +129,7 @@ def diff_segments(base: str, other: str) -> list[tuple[str, str | None]]:
 @dataclass
 class Column:
     """One model's completions, their rewards (per reward function), their diffs against the base, whether each
-    is right for an arithmetic held-out prompt (`correctness`), and what is known of the model (`provenance`:
+    is right for a held-out prompt of a scored task (`correctness`), and what is known of the model (`provenance`:
     commit, url, step, variant; see bank.provenance)."""
 
     label: str

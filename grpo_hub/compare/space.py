@@ -2,7 +2,8 @@
 
 Served by `spaces_app/app.py` (on a Space), `python -m spaces_app` or `grpo-hub compare` (locally).
 Configuration (environment variables, all optional):
-  GRPO_HUB_BASE_MODEL   base model id or folder (default: the offline arithmetic model of grpo_hub.tasks)
+  GRPO_HUB_BASE_MODEL   base model id or folder, or an offline model of grpo_hub.tasks by name: chain
+                        (default), arithmetic, tiny
   GRPO_HUB_ADAPTERS     "owner/name@revision, ./local/folder, ..." (default: the adapters of the base
                         found in GRPO_HUB_OUTPUT_DIR, default "outputs", where the training recipes save)
   GRPO_HUB_PUBLIC       "1": the model fields are locked to the configured models (set by `grpo-hub space
@@ -54,9 +55,9 @@ CHART_COLUMNS = ("model", "mean reward", "reward function")
 
 
 def default_config(base_model: str | None = None, adapters: str | None = None) -> tuple[str, str]:
-    """(base model, adapters text): the arguments, else the environment, else the offline arithmetic model
-    and the adapters of it found in GRPO_HUB_OUTPUT_DIR. A base named in `grpo_hub.tasks.OFFLINE_MODELS`
-    ("arithmetic", "tiny") is built offline (or found in the cache)."""
+    """(base model, adapters text): the arguments, else the environment, else the offline chain model and
+    the adapters of it found in GRPO_HUB_OUTPUT_DIR. A base named in `grpo_hub.tasks.OFFLINE_MODELS`
+    ("chain", "arithmetic", "tiny") is resolved offline: shipped with the package, or built (or cached)."""
     from grpo_hub.tasks import DEFAULT_COMPARE_BASE, OFFLINE_MODELS
 
     base = base_model or os.environ.get(BASE_VARIABLE) or DEFAULT_COMPARE_BASE
@@ -135,8 +136,11 @@ def run_compare(
 def build_demo(base: str, adapters: str, public: bool = False) -> gr.Blocks:
     """The Blocks UI: models, prompt + examples, sampling controls, rewards, chart, one column per model.
 
-    `public`: the model fields are read-only and the handler always uses `base` and `adapters`.
+    `public`: the model fields are read-only and the handler always uses `base` and `adapters`. Max new tokens
+    starts at the default task's longest answer (a level-4 chain scratchpad), capped by the limit.
     """
+    from grpo_hub.tasks.chain import MAX_COMPLETION_TOKENS
+
     limits = Limits.from_env()
     locked = "locked by the Space's configuration" if public else "owner/name@revision or folder"
     with gr.Blocks(title="grpo_hub: compare adapters") as demo:
@@ -157,7 +161,11 @@ def build_demo(base: str, adapters: str, public: bool = False) -> gr.Blocks:
             temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="Temperature (0 = greedy)")
             top_p = gr.Slider(0.05, 1, value=1.0, step=0.05, label="Top-p")
             max_new = gr.Slider(
-                1, limits.max_new_tokens, value=min(32, limits.max_new_tokens), step=1, label="Max new tokens"
+                1,
+                limits.max_new_tokens,
+                value=min(MAX_COMPLETION_TOKENS, limits.max_new_tokens),
+                step=1,
+                label="Max new tokens",
             )
             seed = gr.Number(0, precision=0, minimum=0, maximum=MAX_SEED, label="Seed", elem_id="seed")
             n = gr.Slider(1, limits.max_samples, value=min(4, limits.max_samples), step=1, label="Samples")

@@ -59,7 +59,7 @@ RECOMMENDED_TINY_CONFIG = {
     "temperature": 1.0,
 }
 RECOMMENDED_CHAIN_CONFIG = {  # recipes/configs/chain.yaml: the main job (docs/tasks.md has the measurements)
-    "learning_rate": 2e-3,
+    "learning_rate": 1e-3,
     "lora_r": 16,
     "lora_alpha": 32,
     "lora_target_modules": "all-linear",

@@ -46,11 +46,12 @@ def foreign_adapter(random_adapter, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def trained_adapter(tiny_model_dir, tmp_path_factory):
-    """A LoRA adapter trained for a few GRPO steps with plain trl.GRPOTrainer on the letter task."""
+    """A LoRA adapter trained for a few GRPO steps with plain trl.GRPOTrainer on the digits task (the tiny
+    random model's smoke task: graded reward, so its groups have signal)."""
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_hub.tasks import DEFAULT_TASK, get_reward_funcs, load_task_dataset
+    from grpo_hub.tasks import get_reward_funcs, load_task_dataset
 
     out = tmp_path_factory.mktemp("trained")
     args = GRPOConfig(
@@ -69,9 +70,9 @@ def trained_adapter(tiny_model_dir, tmp_path_factory):
     )
     trainer = GRPOTrainer(
         model=tiny_model_dir,
-        reward_funcs=get_reward_funcs(DEFAULT_TASK),
+        reward_funcs=get_reward_funcs("digits"),
         args=args,
-        train_dataset=load_task_dataset(DEFAULT_TASK, n=16, seed=0),
+        train_dataset=load_task_dataset("digits", n=16, seed=0),
         peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj"]),
     )
     trainer.train()

@@ -32,6 +32,15 @@ def test_space_requirements_come_from_the_package_metadata_and_are_all_on_pypi()
     assert {"trl", "peft", "gradio"} <= names and "grpo-hub" not in names  # the Space ships grpo_hub's source
 
 
+def test_space_files_hold_the_package_source_and_the_shipped_chain_model():
+    from grpo_hub.compare.deploy import space_files
+
+    files = space_files()
+    shipped = [f"grpo_hub/tasks/data/chain-model/{name}" for name in ("model.safetensors", "tokenizer.json")]
+    assert {"app.py", "README.md", "requirements.txt", "grpo_hub/compare/space.py", *shipped} <= set(files)
+    assert not [name for name in files if "__pycache__" in name or "/." in name]  # no caches, no hidden files
+
+
 @pytest.fixture
 def app():
     requires("gradio", "the Space's UI")
@@ -120,9 +129,8 @@ def test_default_config_finds_the_recipe_outputs(app, tiny_model_dir, random_ada
     import grpo_hub.tasks
 
     shutil.copytree(random_adapter, tmp_path / "run")
-    monkeypatch.setitem(
-        grpo_hub.tasks.OFFLINE_MODELS, "arithmetic", lambda: tiny_model_dir
-    )  # the default base
+    assert grpo_hub.tasks.DEFAULT_COMPARE_BASE == "chain"  # the recipe's default task
+    monkeypatch.setitem(grpo_hub.tasks.OFFLINE_MODELS, "chain", lambda: tiny_model_dir)
     monkeypatch.delenv("GRPO_HUB_BASE_MODEL", raising=False)
     monkeypatch.delenv("GRPO_HUB_ADAPTERS", raising=False)
     monkeypatch.setenv("GRPO_HUB_OUTPUT_DIR", str(tmp_path))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from grpo_hub import compare as C
+from grpo_hub.tasks import chain
 from tests.conftest import REPO_ROOT, free_port, requires, skip_or_fail
 
 pytestmark = pytest.mark.browser
@@ -118,7 +119,8 @@ def test_page_compares_base_and_trained_adapter(page, tiny_model_dir, trained_ad
     base, adapter = read_column(page, 0), read_column(page, 1)
     assert page.locator("#column-2").is_hidden()
     bank = C.load_bank(tiny_model_dir, (trained_adapter,))
-    expected = C.compare(bank, PROMPT, C.Sampling(1.0, 1.0, 32, SEED, 4), ["digit_fraction_reward"])
+    new_tokens = chain.MAX_COMPLETION_TOKENS  # the UI's default: a chain scratchpad of the default task fits
+    expected = C.compare(bank, PROMPT, C.Sampling(1.0, 1.0, new_tokens, SEED, 4), ["digit_fraction_reward"])
     assert base[0] == expected[0].completions and adapter[0] == expected[1].completions
     assert adapter[0] != base[0]
     for texts, rewards, mean in (base, adapter):

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from grpo_hub import compare as C
 from grpo_hub.compare import scoring
+from grpo_hub.tasks.arithmetic import chat_text  # the chain task's chat template is arithmetic's
 
 PROMPT = C.example_prompts()[0]
 REWARDS = sorted(C.reward_functions())
@@ -58,9 +59,12 @@ def test_bank_is_loaded_once_per_configuration(tiny_model_dir, random_adapter):
 
 
 def column_reward():
-    """(name, task, function) of a built-in reward that reads a dataset column besides the completions."""
+    """(name, task, function) of a built-in reward that reads a dataset column besides the completions, from
+    the task's own prompt rows (a scored task's rows are its held-out problems: tested below)."""
     found = [
-        (name, task, fn) for name, (task, fn) in C.reward_functions().items() if scoring._needed_columns(fn)
+        (name, task, fn)
+        for name, (task, fn) in C.reward_functions().items()
+        if scoring._needed_columns(fn) and task not in scoring.scored_tasks()
     ]
     if not found:
         pytest.skip("no built-in reward reads a dataset column")
@@ -105,17 +109,37 @@ def test_task_rows_cover_every_prompt_of_rewards_reading_a_column():
     assert set(load_task_dataset(task, n=200, seed=123)["prompt"]) <= set(C.task_rows(task))
 
 
-def test_arithmetic_prompts_are_examples_and_marked_right_or_wrong():
-    from grpo_hub.tasks import arithmetic
+def test_examples_start_with_one_held_out_prompt_per_level_chain_first():
+    from grpo_hub.tasks import chain
 
-    problem = arithmetic.heldout_problems()[0]
-    prompt = arithmetic.chat_text(problem.question)
-    assert prompt in C.example_prompts()
+    examples = C.example_prompts()
+    assert examples[0] == chat_text(chain.heldout_problems()[0].question)
+    for start, task in ((0, "chain"), (4, "arithmetic")):
+        assert [C.task_rows(task)[prompt]["level"] for prompt in examples[start : start + 4]] == [1, 2, 3, 4]
+    assert "Write only digits" in examples[8]  # then the other offline tasks
+
+
+@pytest.mark.parametrize("task", ["chain", "arithmetic"])
+def test_held_out_prompts_are_marked_right_or_wrong(task):
+    heldout_problems, reward = scoring.scored_tasks()[task]
+    problem = heldout_problems()[-1]
+    prompt = chat_text(problem.question)
     answers = [problem.answer, f"it is {problem.answer}", str(int(problem.answer) + 1), ""]
     assert scoring.correctness(prompt, answers) == [True, True, False, False]
     assert scoring.correctness("Write only digits: 4", ["4"]) is None
-    scores = C.score(["arithmetic_correctness_reward"], prompt, answers)
-    assert scores["arithmetic_correctness_reward"] == [1.0, 1.0, 0.0, 0.0]
+    assert C.score([reward.__name__], prompt, answers)[reward.__name__] == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_a_chain_scratchpad_is_right_by_its_last_result():
+    from grpo_hub.tasks import chain
+
+    problem = next(p for p in chain.heldout_problems() if p.level == 4)  # "37+5*3-4-1=" -> "37+5=42,...,121"
+    wrong_end = f"{problem.solution.rsplit('=', 1)[0]}={int(problem.answer) + 1}"
+    prompt = chat_text(problem.question)
+    assert scoring.correctness(prompt, [problem.solution, wrong_end]) == [True, False]
+    assert C.score(["arithmetic_correctness_reward"], prompt, [problem.solution]) == {
+        "arithmetic_correctness_reward": None  # a reward reads the rows of its own task only
+    }
 
 
 def test_diff_marks_changed_words():

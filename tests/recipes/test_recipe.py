@@ -142,7 +142,7 @@ def test_every_config_parses(recipe, name):
         "qwen2.5-0.5b-math": {"use_vllm": True, "max_completion_length": 512},
         "arithmetic": {"num_generations": 8, "max_completion_length": 8},
         "arithmetic-full": {"num_generations": 8, "max_completion_length": 8},
-        "chain": {"num_generations": 8, "max_completion_length": 48, "learning_rate": 2e-3},
+        "chain": {"num_generations": 8, "max_completion_length": 48, "learning_rate": 1e-3},
         "chain-fast": {**CHAIN_FAST, "max_completion_length": 48},
     }.get(name, {"loss_type": "dapo", "learning_rate": 3e-2})
     assert {k: getattr(training_args, k) for k in expected} == expected
