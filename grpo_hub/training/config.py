@@ -216,7 +216,10 @@ class GRPOHubConfig(GRPOConfig):
     )
     selective_rollout_explore_step: float = field(
         default=0.01,
-        metadata={"help": "Change of an exploration probability per scored generation batch (GRESO: 0.01)."},
+        metadata={
+            "help": "Change of an exploration probability per generation batch (its refill rounds pooled), from "
+            "the second epoch on (GRESO: 0.01 per training step, from the second epoch)."
+        },
     )
     selective_rollout_min_keep_prob: float = field(
         default=0.01,

@@ -90,6 +90,7 @@ class SelectiveRollout:
         self.seen = [float("inf"), float("-inf")]  # reward range observed so far
         self._scoring: list[int] | None = None  # ids of the groups being scored, all ranks, in row order
         self._leftover: list[list] = []  # groups read but not needed by the last selection (all ranks' rows)
+        self._step_kinds: list[torch.Tensor] = []  # kinds of the groups scored in this optimizer step
         self.decisions = deque(maxlen=DECISIONS_KEPT)  # recent (prompt id, skipped), for inspection
 
     @classmethod
@@ -161,12 +162,22 @@ class SelectiveRollout:
         kinds = zero_signal_kinds(rewards.detach().cpu(), self.group_size, self.eps, low, high)
         revisits, informative = self.history.record(self._scoring, kinds.tolist())
         self._scoring = None
-        for kind, frac in kind_fractions(kinds).items():
+        self._step_kinds.append(kinds)
+        if revisits:
+            self.metrics["selective_rollout/revisit_informative_frac"].append(informative / revisits)
+
+    def end_step(self) -> None:
+        """Once per optimizer step, after its last scoring: move each kind's exploration probability by the kind
+        fractions pooled over the step's scorings, from the second epoch on (GRESO's `ray_trainer.py`: once per
+        training step, `if epoch > 0`; in the first epoch nothing can be skipped yet, so the fractions say
+        nothing about the skipping)."""
+        pooled, self._step_kinds = self._step_kinds, []
+        if not pooled or self.stream.epoch == 0:
+            return
+        for kind, frac in kind_fractions(torch.cat(pooled)).items():
             self.explore[kind] = adapt_exploration(
                 self.explore[kind], frac, self.target * TARGET_SHARE[kind], self.step
             )
-        if revisits:
-            self.metrics["selective_rollout/revisit_informative_frac"].append(informative / revisits)
 
     def _log_selection(self, skipped, batches_read: int, exhausted: bool) -> None:
         metrics = self.metrics

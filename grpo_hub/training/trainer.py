@@ -213,11 +213,14 @@ class GRPOHubTrainer(GRPOTrainer):
     # --- seam 2: the scored batch ---
     def _generate_and_score_completions(self, inputs):
         if self.model.training and self._dynamic_sampler is not None:
-            return self._dynamic_sampler.collect(inputs)  # refill rounds, then the filter over all of them
-        output, zero = self._score_round(inputs)
-        if self.model.training and self.args.filter_zero_signal:
-            rank = self.accelerator.process_index
-            output = self._drop_rows(output, ~zero[rank * len(inputs) : (rank + 1) * len(inputs)])
+            output = self._dynamic_sampler.collect(inputs)  # refill rounds, then the filter over all of them
+        else:
+            output, zero = self._score_round(inputs)
+            if self.model.training and self.args.filter_zero_signal:
+                rank = self.accelerator.process_index
+                output = self._drop_rows(output, ~zero[rank * len(inputs) : (rank + 1) * len(inputs)])
+        if self.model.training and self._selector is not None:
+            self._selector.end_step()  # GRESO adapts its exploration once per optimizer step
         return output
 
     def _score_round(self, inputs):

@@ -74,3 +74,24 @@ def test_revisits_of_skipped_prompts_measure_the_filter_error():
     assert indices(selector.select(rows(0, 4))) == [3, 0]
     selector.record(torch.tensor([1.0, 1.0, 0.0, 1.0]))  # 0 turned out informative: the filter erred
     assert selector.metrics["selective_rollout/revisit_informative_frac"] == [1.0]
+
+
+def test_exploration_adapts_once_per_step_on_pooled_fractions_from_the_second_epoch():
+    """GRESO's cadence (ray_trainer.py: once per training step, `if epoch > 0`), against a hand computation."""
+    from grpo_hub.algos.advantages import ALL_MAX
+
+    selector = make_selector([rows(2, 3), rows(4, 5)])
+    selector.step, selector.explore = 0.01, {ALL_MAX: 0.5, ALL_MIN: 0.5}
+    selector.select(rows(0, 1))
+    selector.record(torch.tensor([0.0, 0.0, 0.0, 0.0]))  # two all-min groups
+    selector.end_step()
+    assert selector.explore == {ALL_MAX: 0.5, ALL_MIN: 0.5}  # first epoch: no adaptation
+    selector.stream.epoch = 1
+    for rewards in ([1.0, 1.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0]):  # two rounds of one step, pooled
+        selector.select(rows(6, 7))
+        selector.record(torch.tensor(rewards))
+    assert selector.explore == {ALL_MAX: 0.5, ALL_MIN: 0.5}  # nothing moves before the step ends
+    selector.end_step()  # pooled: all-max 1/4 >= 1/12 -> down; all-min 1/4 >= 1/6 -> down
+    assert selector.explore == {ALL_MAX: 0.49, ALL_MIN: 0.49}
+    selector.end_step()  # a step without scorings changes nothing
+    assert selector.explore == {ALL_MAX: 0.49, ALL_MIN: 0.49}
