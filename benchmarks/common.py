@@ -45,6 +45,16 @@ QWEN25_05B_CONFIG = {  # Qwen/Qwen2.5-0.5B config.json (the shape only; weights 
 # rows packed into fewer micro-steps, the default), and filtering with every micro-step run, thinner.
 TRL, HUB_OFF, HUB_FILTER, HUB_FILTER_THIN = "trl", "hub-off", "hub-filter", "hub-filter-thin"
 DEVICES = ("cpu", "cuda")
+# GRPOConfig fields of a benchmark's training run on CPU: fp32, nothing saved, reported or printed, every step logged.
+QUIET_CPU_RUN = {
+    "use_cpu": True,
+    "bf16": False,
+    "report_to": "none",
+    "save_strategy": "no",
+    "disable_tqdm": True,
+    "log_level": "error",
+    "logging_steps": 1,
+}
 GROUP_SIZE = 4
 
 

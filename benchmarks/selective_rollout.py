@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from benchmarks.common import QUIET_CPU_RUN
 from benchmarks.rollout_tasks import TASKS, Task
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 
@@ -83,13 +84,7 @@ def run(model_dir: str, task: Task, name: str, seed: int, epochs: int) -> dict:
     meter = Meter(task, seed)
     common = {
         "output_dir": tempfile.mkdtemp(),
-        "use_cpu": True,
-        "bf16": False,
-        "report_to": "none",
-        "save_strategy": "no",
-        "disable_tqdm": True,
-        "log_level": "error",
-        "logging_steps": 1,
+        **QUIET_CPU_RUN,
         "num_train_epochs": epochs,
         "seed": seed,
         **task.args,

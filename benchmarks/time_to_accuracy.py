@@ -34,6 +34,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from benchmarks.common import QUIET_CPU_RUN
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.tasks import chain
 from grpo_hub.tasks.chain_model import chain_model_path
@@ -158,13 +159,7 @@ def run(name: str, seed: int, budget: float, points: int, extra: dict | None, pe
     common = {
         **fields,
         "output_dir": tempfile.mkdtemp(),
-        "use_cpu": True,
-        "bf16": False,
-        "report_to": "none",
-        "save_strategy": "no",
-        "disable_tqdm": True,
-        "log_level": "error",
-        "logging_steps": 1,
+        **QUIET_CPU_RUN,
         "max_steps": 100_000,  # the budget stops training
         "seed": seed,
     }
@@ -285,8 +280,8 @@ def plot(results: dict, summary: dict, path: str, title: str) -> None:
     fig.savefig(path, dpi=100)
 
 
-def measure(cli) -> tuple[str, dict]:
-    """Run every configuration for every seed, interleaved; return (header, {name: [points per seed]})."""
+def measure(cli) -> tuple[str, list[int], dict]:
+    """Run every configuration for every seed, interleaved; return (header, seeds, {name: [points per seed]})."""
     os.sched_setaffinity(0, {cli.core})
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
@@ -295,8 +290,8 @@ def measure(cli) -> tuple[str, dict]:
     configs = {**CONFIGS, "chain-fast": {k: v for k, v in preset.items() if base.get(k) != v}}
     names = cli.configs.split(",")
     unknown = set(names) - set(configs)
-    if unknown or "trl" not in names:
-        raise SystemExit(f"--configs: unknown {sorted(unknown)} or no 'trl'; choose from {list(configs)}")
+    if unknown:
+        raise SystemExit(f"--configs: unknown {sorted(unknown)}; choose from {list(configs)}")
     results = {name: [] for name in names}
     seeds = [int(s) for s in cli.seed_list.split(",")] if cli.seed_list else list(range(cli.seeds))
     for seed in seeds:
@@ -313,16 +308,21 @@ def measure(cli) -> tuple[str, dict]:
         f"chain task, LoRA ({RECIPE}), {cli.budget:.0f} CPU s per run on one core, {cli.points} evaluations of "
         f"{cli.per_level * len(chain.LEVELS)} held-out problems, seeds {seeds}; preset = {configs['chain-fast']}"
     )
-    return header, results
+    return header, seeds, results
 
 
-def merge(paths: list[str]) -> tuple[str, dict]:
-    """(header, results) of several --json files of the same settings, their seeds side by side."""
-    loaded = [json.loads(Path(path).read_text()) for path in paths]
-    results = {
-        name: [runs for part in loaded for runs in part["points"][name]] for name in loaded[0]["points"]
-    }
-    return " + ".join(part["header"] for part in loaded), results
+def merge(paths: list[str]) -> tuple[str, list[int], dict]:
+    """(header, results) of several --json files of the same settings: their seeds side by side; a later file's
+    runs of a (configuration, seed) replace an earlier file's (e.g. a configuration re-run after a fix)."""
+    by_seed: dict[str, dict[int, list]] = {}
+    headers = []
+    for path in paths:
+        part = json.loads(Path(path).read_text())
+        headers.append(part["header"])
+        for name, runs in part["points"].items():
+            by_seed.setdefault(name, {}).update(zip(part["seeds"], runs, strict=True))
+    results = {name: [runs[seed] for seed in sorted(runs)] for name, runs in by_seed.items()}
+    return " + ".join(headers), sorted(by_seed["trl"]) if "trl" in by_seed else [], results
 
 
 def main() -> None:
@@ -344,14 +344,22 @@ def main() -> None:
     if cli.quick:
         cli.seeds, cli.budget, cli.points, cli.configs, cli.per_level = 1, 10.0, 2, "trl,chain-fast", 25
     if cli.merge:
-        header, results = merge(cli.merge)
+        header, seeds, results = merge(cli.merge)
     else:
-        header, results = measure(cli)
+        header, seeds, results = measure(cli)
+        if cli.json:  # every point, before the report (which needs plain TRL's runs)
+            Path(cli.json).write_text(
+                json.dumps({"header": header, "seeds": seeds, "points": results}, indent=1)
+            )
+    if "trl" not in results:
+        raise SystemExit(
+            "no plain TRL runs to compare with: add trl to --configs, or --merge a file that has them"
+        )
     summary = summarize(results)
     print_report(results, summary, header)
-    if cli.json:
-        with open(cli.json, "w") as f:
-            json.dump({"header": header, "summary": summary, "points": results}, f, indent=1)
+    if cli.merge and cli.json:
+        merged = {"header": header, "seeds": seeds, "summary": summary, "points": results}
+        Path(cli.json).write_text(json.dumps(merged, indent=1))
     if cli.plot:
         plot(results, summary, cli.plot, f"time to accuracy: {header}")
         print(f"plot: {cli.plot}")

@@ -159,12 +159,17 @@ def parse_answer(text: str) -> str | None:
     return "-" + digits if found[-1].startswith("-") and digits != "0" else digits
 
 
-def arithmetic_correctness_reward(prompts, completions, answer, **kwargs) -> list[float]:
-    """1.0 when the completion's last integer equals the row's `answer`, else 0.0 (no integer: 0.0)."""
+def final_integer_rewards(completions, answer) -> list[float]:
+    """1.0 when a completion's last integer equals its row's `answer`, else 0.0 (no integer: 0.0)."""
     return [
         float(parse_answer(completion_text(c)) == parse_answer(str(gold)))
         for c, gold in zip(completions, answer, strict=True)
     ]
+
+
+def arithmetic_correctness_reward(prompts, completions, answer, **kwargs) -> list[float]:
+    """1.0 when the completion's last integer equals the row's `answer`, else 0.0 (no integer: 0.0)."""
+    return final_integer_rewards(completions, answer)
 
 
 def arithmetic_format_reward(prompts, completions, **kwargs) -> list[float]:

@@ -31,10 +31,10 @@ from grpo_hub.tasks.arithmetic import (
     SPLITS,
     accuracy_by_level,
     chat_prompt,
+    final_integer_rewards,
     generate_answers,
     parse_answer,
 )
-from grpo_hub.tasks.text import completion_text
 
 __all__ = ["CHAT_TEMPLATE", "chain_correctness_reward", "evaluate", "load_chain", "make_problem"]
 
@@ -137,11 +137,8 @@ def load_chain(split: str = "train", n: int = 4096, seed: int = 0):
 
 
 def chain_correctness_reward(prompts, completions, answer, **kwargs) -> list[float]:
-    """1.0 when the completion's last integer equals the row's `answer`, else 0.0 (no integer: 0.0)."""
-    return [
-        float(parse_answer(completion_text(c)) == parse_answer(str(gold)))
-        for c, gold in zip(completions, answer, strict=True)
-    ]
+    """1.0 when the scratchpad's last integer (its final result) equals the row's `answer`, else 0.0."""
+    return final_integer_rewards(completions, answer)
 
 
 def evaluate(
