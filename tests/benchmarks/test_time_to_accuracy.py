@@ -74,3 +74,21 @@ def test_a_short_run_records_every_evaluation_point_and_the_work():
     assert 0 < last["generation_seconds"] < last["time"] and last["generated_tokens"] > last["generated_rows"]
     for point in recorded[1:]:
         assert 0 <= point["all_correct"] + point["all_wrong"] <= 1
+
+
+def test_merge_puts_seeds_side_by_side_and_a_later_file_replaces_a_configurations_runs(tmp_path):
+    import json
+
+    def part(name, seeds, accuracies, header):
+        runs = {"trl": [points([0.3, a]) for a in accuracies], "fast": [points([0.3, 0.1]) for _ in seeds]}
+        runs = runs if name == "both" else {"fast": [points([0.3, a + 0.2]) for a in accuracies]}
+        (tmp_path / f"{header}.json").write_text(json.dumps({"header": header, "seeds": seeds, "points": runs}))
+        return str(tmp_path / f"{header}.json")
+
+    first = part("both", [0, 2], [0.4, 0.5], "a")
+    second = part("both", [1], [0.45], "b")
+    rerun = part("fast only", [2, 0, 1], [0.1, 0.2, 0.3], "c")
+    header, seeds, results = tta.merge([first, second, rerun])
+    assert header == "a + b + c" and seeds == [0, 1, 2]
+    assert [runs[-1]["accuracy"]["all"] for runs in results["trl"]] == [0.4, 0.45, 0.5]
+    assert [runs[-1]["accuracy"]["all"] for runs in results["fast"]] == pytest.approx([0.4, 0.5, 0.3])
