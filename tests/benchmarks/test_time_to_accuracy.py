@@ -82,7 +82,9 @@ def test_merge_puts_seeds_side_by_side_and_a_later_file_replaces_a_configuration
     def part(name, seeds, accuracies, header):
         runs = {"trl": [points([0.3, a]) for a in accuracies], "fast": [points([0.3, 0.1]) for _ in seeds]}
         runs = runs if name == "both" else {"fast": [points([0.3, a + 0.2]) for a in accuracies]}
-        (tmp_path / f"{header}.json").write_text(json.dumps({"header": header, "seeds": seeds, "points": runs}))
+        (tmp_path / f"{header}.json").write_text(
+            json.dumps({"header": header, "seeds": seeds, "points": runs})
+        )
         return str(tmp_path / f"{header}.json")
 
     first = part("both", [0, 2], [0.4, 0.5], "a")

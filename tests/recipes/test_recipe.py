@@ -14,7 +14,10 @@ RECIPE = REPO_ROOT / "recipes" / "grpo.py"
 CONFIGS = REPO_ROOT / "recipes" / "configs"
 CPU_CONFIGS = ("grpo", "gspo", "cispo", "filtered", "ref-refresh")
 ARITHMETIC_CONFIGS = ("arithmetic", "arithmetic-full")  # run by tests/recipes/test_arithmetic_recipe.py
-CHAIN_FAST = {"dynamic_sampling": True, "filter_zero_signal": True}  # the preset's switch and the one it implies
+CHAIN_FAST = {
+    "dynamic_sampling": True,
+    "filter_zero_signal": True,
+}  # the preset's switch and the one it implies
 CHAIN_CONFIGS = (
     "chain",
     "chain-fast",
