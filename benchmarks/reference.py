@@ -27,7 +27,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config, TrainerC
 
 from benchmarks.common import QWEN25_05B_CONFIG
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
-from grpo_hub.tasks import DEFAULT_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
+from grpo_hub.tasks import SMOKE_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
 from grpo_hub.training.reference import (
     REF_ADAPTER,
     add_reference_adapter,
@@ -106,9 +106,9 @@ def tiny_step_and_refresh(steps: int, repeats: int) -> tuple[float, float]:
         )
         trainer = GRPOHubTrainer(
             model=build_tiny_model(),
-            reward_funcs=get_reward_funcs(DEFAULT_TASK),
+            reward_funcs=get_reward_funcs(SMOKE_TASK),
             args=config,
-            train_dataset=load_task_dataset(DEFAULT_TASK, n=8 * steps, seed=0),
+            train_dataset=load_task_dataset(SMOKE_TASK, n=8 * steps, seed=0),
             peft_config=lora(),
             callbacks=[timer],
         )

@@ -4,7 +4,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig
 
-from grpo_hub.tasks import DEFAULT_TASK, get_reward_funcs, load_task_dataset
+from grpo_hub.tasks import SMOKE_TASK, get_reward_funcs, load_task_dataset
 from grpo_hub.training.config import GRPOHubConfig
 
 CPU = {"use_cpu": True, "bf16": False, "report_to": "none", "save_strategy": "no", "disable_tqdm": True}
@@ -38,9 +38,9 @@ def make_trainer(trainer_cls, model_dir, args, reward_funcs=None, dataset=None, 
     model, tokenizer = load_model(model_dir)
     return trainer_cls(
         model=model,
-        reward_funcs=reward_funcs or get_reward_funcs(DEFAULT_TASK),
+        reward_funcs=reward_funcs or get_reward_funcs(SMOKE_TASK),
         args=args,
-        train_dataset=dataset if dataset is not None else load_task_dataset(DEFAULT_TASK, n=64, seed=0),
+        train_dataset=dataset if dataset is not None else load_task_dataset(SMOKE_TASK, n=64, seed=0),
         processing_class=tokenizer,
         **kwargs,
     )

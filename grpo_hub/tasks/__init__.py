@@ -1,7 +1,7 @@
 """Built-in tasks and their tiny models, made offline: prompts, reward functions, a tool task, gym GRPO.
 
 ```python
-from grpo_hub.tasks import DEFAULT_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
+from grpo_hub.tasks import SMOKE_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
 ```
 `builtin` (the recipe's tasks), `chain` (the default reasoning task: multi-step arithmetic with a scratchpad,
 2,000 held-out problems), `chain_model` (its shipped pretrained model, reproducible by its build),
@@ -18,6 +18,7 @@ from grpo_hub.tasks.builtin import (
     OFFLINE_TASKS,
     RECOMMENDED_CHAIN_CONFIG,
     RECOMMENDED_TINY_CONFIG,
+    SMOKE_TASK,
     TASKS,
     answer_format_reward,
     digit_fraction_reward,
@@ -41,6 +42,7 @@ __all__ = [
     "OFFLINE_TASKS",
     "RECOMMENDED_CHAIN_CONFIG",
     "RECOMMENDED_TINY_CONFIG",
+    "SMOKE_TASK",
     "TASKS",
     "answer_format_reward",
     "arithmetic",

@@ -44,6 +44,7 @@ from grpo_hub.tasks.text import completion_text
 from grpo_hub.tasks.tiny_model import build_tiny_model
 
 DEFAULT_TASK = "chain"
+SMOKE_TASK = "digits"  # the random tiny model's task: learns in seconds (tests, benchmarks of the plumbing)
 OFFLINE_TASKS = ("chain", "digits", "digits_or_letters", "arithmetic")
 TASKS = (*OFFLINE_TASKS, "gsm8k")
 RECOMMENDED_TINY_CONFIG = {
@@ -74,6 +75,7 @@ GSM8K_SYSTEM = "Solve the problem. Think step by step, then give the final answe
 
 __all__ = [
     "DEFAULT_TASK",
+    "SMOKE_TASK",
     "TASKS",
     "answer_format_reward",
     "build_tiny_model",

@@ -67,7 +67,7 @@ def trained_run(fake_hub, tiny_model_dir, tmp_path_factory):
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_hub.hub import HubPushCallback
-    from grpo_hub.tasks import DEFAULT_TASK, get_reward_funcs, load_task_dataset
+    from grpo_hub.tasks import SMOKE_TASK, get_reward_funcs, load_task_dataset
 
     out = tmp_path_factory.mktemp("run") / "out"
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
@@ -94,9 +94,9 @@ def trained_run(fake_hub, tiny_model_dir, tmp_path_factory):
     trainer = GRPOTrainer(
         model=model,
         processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
-        reward_funcs=get_reward_funcs(DEFAULT_TASK),
+        reward_funcs=get_reward_funcs(SMOKE_TASK),
         args=args,
-        train_dataset=load_task_dataset(DEFAULT_TASK, n=16, seed=0),
+        train_dataset=load_task_dataset(SMOKE_TASK, n=16, seed=0),
         callbacks=[callback],
     )
     assert set(trainer.model.peft_config) == {"default", "ref"}, "TRL did not add its reference adapter"

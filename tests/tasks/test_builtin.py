@@ -10,6 +10,7 @@ import pytest
 from grpo_hub.tasks import (
     DEFAULT_TASK,
     RECOMMENDED_TINY_CONFIG,
+    SMOKE_TASK,
     TASKS,
     answer_format_reward,
     build_tiny_model,
@@ -228,9 +229,9 @@ def test_plain_trl_grpo_raises_the_digit_reward(tiny_path, tmp_path):
     )
     trainer = GRPOTrainer(
         model=tiny_path,
-        reward_funcs=get_reward_funcs(DEFAULT_TASK),
+        reward_funcs=get_reward_funcs(SMOKE_TASK),
         args=args,
-        train_dataset=load_task_dataset(DEFAULT_TASK, n=512, seed=0),
+        train_dataset=load_task_dataset(SMOKE_TASK, n=512, seed=0),
         peft_config=peft_config,
         callbacks=[RecordReward()],
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from grpo_hub.tasks import DEFAULT_TASK, get_reward_funcs, load_task_dataset
+from grpo_hub.tasks import SMOKE_TASK, get_reward_funcs, load_task_dataset
 
 SCENARIOS = ("task", "rank1-flat", "task-rank1-flat", "all-flat", "half-flat")
 FLAT_REWARD = 0.5
@@ -33,7 +33,7 @@ def _kind(scenario: str, index: int, prompts_per_rank: int) -> str:
 
 def build_dataset(scenario: str, n_prompts: int, prompts_per_rank: int, seed: int):
     """The task dataset; for the crafted scenarios with a "kind" column ("live" or "flat")."""
-    dataset = load_task_dataset(DEFAULT_TASK, n=n_prompts, seed=seed)
+    dataset = load_task_dataset(SMOKE_TASK, n=n_prompts, seed=seed)
     if scenario == "task":
         return dataset
     kinds = [_kind(scenario, i, prompts_per_rank) for i in range(n_prompts)]
@@ -42,7 +42,7 @@ def build_dataset(scenario: str, n_prompts: int, prompts_per_rank: int, seed: in
 
 def build_rewards(scenario: str, scored: Counter):
     """Reward functions for `scenario`; every call counts the kinds this rank scored into `scored`."""
-    task_reward = get_reward_funcs(DEFAULT_TASK)[0]
+    task_reward = get_reward_funcs(SMOKE_TASK)[0]
     if scenario == "task":
 
         def counted_task_reward(prompts, completions, **kwargs):

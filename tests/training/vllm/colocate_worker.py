@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from grpo_hub import GRPOHubTrainer
-from grpo_hub.tasks import DEFAULT_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
+from grpo_hub.tasks import SMOKE_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
 from tests.helpers import tiny_config
 from tests.training.distributed.worker_common import weight_fingerprint, write_rank_result
 
@@ -52,9 +52,9 @@ def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
     trainer = GRPOHubTrainer(
         model=model_dir,
         peft_config=peft_config,
-        reward_funcs=get_reward_funcs(DEFAULT_TASK),
+        reward_funcs=get_reward_funcs(SMOKE_TASK),
         args=args,
-        train_dataset=load_task_dataset(DEFAULT_TASK, n=32, seed=0),
+        train_dataset=load_task_dataset(SMOKE_TASK, n=32, seed=0),
     )
     trainer.train()
     write_rank_result(
