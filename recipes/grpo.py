@@ -42,13 +42,11 @@ from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.hub import HubPushCallback
 from grpo_hub.tasks import (
     DEFAULT_TASK,
+    OFFLINE_MODELS,
     RECOMMENDED_CHAIN_CONFIG,
     RECOMMENDED_TINY_CONFIG,
-    arithmetic,
-    build_arithmetic_model,
+    SCORED_TASKS,
     build_tiny_model,
-    chain,
-    chain_model_path,
     get_reward_funcs,
     load_task_dataset,
 )
@@ -107,9 +105,6 @@ class RecipeArguments:
                 f"`--eval_pass_k` is reported for --task arithmetic only, got --task {self.task}. "
                 "Fix: drop --eval_pass_k."
             )
-
-
-SCORED_TASKS = {"chain": chain, "arithmetic": arithmetic}  # tasks with a held-out split and `evaluate`
 
 
 def task_defaults(task: str) -> tuple[dict, str]:
@@ -235,12 +230,6 @@ def heldout_accuracy(trainer, recipe_args: RecipeArguments) -> dict:
         return SCORED_TASKS[recipe_args.task].evaluate(model, trainer.processing_class, "heldout", **extra)
 
 
-OFFLINE_MODEL = {
-    "chain": chain_model_path,
-    "arithmetic": build_arithmetic_model,
-}  # else the random tiny model
-
-
 def accuracy_line(before: dict, after: dict) -> str:
     """One clause per metric of `arithmetic.evaluate`, e.g. "greedy: 1 0.30->0.50, ..., all 0.41->0.56"."""
     parts = []
@@ -252,7 +241,8 @@ def accuracy_line(before: dict, after: dict) -> str:
 
 def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args: ModelConfig) -> dict:
     """Train, save the model/adapter to `output_dir`, print and write the summary; return it."""
-    model_name = model_args.model_name_or_path or OFFLINE_MODEL.get(recipe_args.task, build_tiny_model)()
+    # the offline model named like the task (chain, arithmetic), else the random tiny model
+    model_name = model_args.model_name_or_path or OFFLINE_MODELS.get(recipe_args.task, build_tiny_model)()
     if (
         model_args.model_name_or_path
         and training_args.learning_rate == task_defaults(recipe_args.task)[0]["learning_rate"]

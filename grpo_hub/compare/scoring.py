@@ -2,7 +2,7 @@
 
 Rewards are the built-in task reward functions. Those that read a dataset column (the letter task's
 `kind`, the chain and arithmetic tasks' `answer`) get it from the task's own prompt rows; for any other
-prompt they are reported as missing. The prompts of the scored tasks (`scored_tasks`: chain, arithmetic)
+prompt they are reported as missing. The prompts of the scored tasks (`grpo_hub.tasks.SCORED_TASKS`: chain, arithmetic)
 are their held-out problems written out in the chat template, since the bank feeds the prompt text to the
 model as it is; an answer to one of them is marked right or wrong (`correctness`).
 """
@@ -27,28 +27,16 @@ def reward_functions() -> dict:
     return {fn.__name__: (task, fn) for task in OFFLINE_TASKS for fn in get_reward_funcs(task)}
 
 
-def scored_tasks() -> dict:
-    """Task -> (its held-out problems, its correctness reward) for the tasks whose answers are marked right or
-    wrong, in the order of the Space's examples: chain (the default task) first."""
-    from grpo_hub.tasks import arithmetic, chain
-
-    return {
-        "chain": (chain.heldout_problems, chain.chain_correctness_reward),
-        "arithmetic": (arithmetic.heldout_problems, arithmetic.arithmetic_correctness_reward),
-    }
-
-
 @functools.lru_cache(maxsize=4)
 def task_rows(task: str) -> dict[str, dict]:
     """The task's prompt rows by prompt text, to find the columns a reward reads: 512 rows at seed 0, or for
     a scored task its held-out problems (seed 0) in chat-template text (chain's template is arithmetic's)."""
-    from grpo_hub.tasks import arithmetic, load_task_dataset
+    from grpo_hub.tasks import SCORED_TASKS, arithmetic, load_task_dataset
 
-    if task in scored_tasks():
-        heldout_problems, _ = scored_tasks()[task]
+    if task in SCORED_TASKS:
         return {
             arithmetic.chat_text(p.question): {"answer": p.answer, "level": p.level}
-            for p in heldout_problems()
+            for p in SCORED_TASKS[task].heldout_problems()
         }
     return {row["prompt"]: row for row in load_task_dataset(task, n=512, seed=0)}
 
@@ -64,21 +52,25 @@ def _first_of_each_level(task: str) -> list[str]:
 def example_prompts(per_task: int = 3) -> list[str]:
     """Prompts for the Space's examples: those of the scored tasks first (chain, then arithmetic; one per
     level), then `per_task` distinct prompts of each other offline task."""
-    from grpo_hub.tasks import OFFLINE_TASKS
+    from grpo_hub.tasks import OFFLINE_TASKS, SCORED_TASKS
 
-    scored = [prompt for task in scored_tasks() for prompt in _first_of_each_level(task)]
-    others = [task for task in OFFLINE_TASKS if task not in scored_tasks()]
+    scored = [prompt for task in SCORED_TASKS for prompt in _first_of_each_level(task)]
+    others = [task for task in OFFLINE_TASKS if task not in SCORED_TASKS]
     return [*scored, *(p for task in others for p in list(task_rows(task))[:per_task])]
 
 
 def correctness(prompt: str, completions: list[str]) -> list[bool] | None:
     """Right / wrong of each completion for a held-out prompt of a scored task; None for any other prompt.
 
-    A prompt held out by both tasks ("37+5=": chain level 1, arithmetic level 2) has one answer in both."""
-    for task, (_, correctness_reward) in scored_tasks().items():
+    Right = the completion's last integer is the answer (the correctness reward of every scored task). A prompt
+    held out by both tasks ("37+5=": chain level 1, arithmetic level 2) has one answer in both."""
+    from grpo_hub.tasks import SCORED_TASKS
+    from grpo_hub.tasks.arithmetic import final_integer_rewards
+
+    for task in SCORED_TASKS:
         row = task_rows(task).get(prompt)
         if row is not None:
-            rewards = correctness_reward(None, completions, answer=[row["answer"]] * len(completions))
+            rewards = final_integer_rewards(completions, [row["answer"]] * len(completions))
             return [reward == 1.0 for reward in rewards]
     return None
 

@@ -33,6 +33,9 @@ from grpo_hub.tasks.tiny_model import build_tiny_model
 
 # The offline base models by name (`grpo-hub compare --base-model arithmetic`): each builds or finds its folder.
 OFFLINE_MODELS = {"chain": chain_model_path, "arithmetic": build_arithmetic_model, "tiny": build_tiny_model}
+# Tasks with a held-out split, `evaluate` and right/wrong answers (`heldout_problems`, the final integer): the
+# recipe reports their held-out accuracy, the Space marks their answers (chain first: the default task).
+SCORED_TASKS = {"chain": chain, "arithmetic": arithmetic}
 DEFAULT_COMPARE_BASE = "chain"  # the Space shows the model of the recipe's default task by default
 
 __all__ = [
@@ -42,6 +45,7 @@ __all__ = [
     "OFFLINE_TASKS",
     "RECOMMENDED_CHAIN_CONFIG",
     "RECOMMENDED_TINY_CONFIG",
+    "SCORED_TASKS",
     "SMOKE_TASK",
     "TASKS",
     "answer_format_reward",

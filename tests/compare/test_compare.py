@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from grpo_hub import compare as C
 from grpo_hub.compare import scoring
+from grpo_hub.tasks import SCORED_TASKS, get_reward_funcs
 from grpo_hub.tasks.arithmetic import chat_text  # the chain task's chat template is arithmetic's
 
 PROMPT = C.example_prompts()[0]
@@ -64,7 +65,7 @@ def column_reward():
     found = [
         (name, task, fn)
         for name, (task, fn) in C.reward_functions().items()
-        if scoring._needed_columns(fn) and task not in scoring.scored_tasks()
+        if scoring._needed_columns(fn) and task not in SCORED_TASKS
     ]
     if not found:
         pytest.skip("no built-in reward reads a dataset column")
@@ -121,8 +122,8 @@ def test_examples_start_with_one_held_out_prompt_per_level_chain_first():
 
 @pytest.mark.parametrize("task", ["chain", "arithmetic"])
 def test_held_out_prompts_are_marked_right_or_wrong(task):
-    heldout_problems, reward = scoring.scored_tasks()[task]
-    problem = heldout_problems()[-1]
+    reward = get_reward_funcs(task)[0]  # the correctness reward
+    problem = SCORED_TASKS[task].heldout_problems()[-1]
     prompt = chat_text(problem.question)
     answers = [problem.answer, f"it is {problem.answer}", str(int(problem.answer) + 1), ""]
     assert scoring.correctness(prompt, answers) == [True, True, False, False]
