@@ -82,12 +82,13 @@ def _draw(stream: str, per_level: int, skip=frozenset()) -> list[ChainProblem]:
     rng = random.Random(stream)
     problems = []
     for level in LEVELS:
-        seen = set(skip)
-        while sum(p.level == level for p in problems) < per_level:
+        seen, drawn = set(skip), []
+        while len(drawn) < per_level:
             problem = make_problem(rng, level)
             if problem.question not in seen:
                 seen.add(problem.question)
-                problems.append(problem)
+                drawn.append(problem)
+        problems += drawn
     return problems
 
 
@@ -96,12 +97,10 @@ def heldout_problems(seed: int = 0) -> list[ChainProblem]:
     return _draw(f"chain-heldout-{seed}", HELDOUT_PER_LEVEL)
 
 
-def train_problems(n: int, seed: int = 0, stream: str = "train") -> list[ChainProblem]:
-    """`n` problems (levels in turn, shuffled), never one of the held-out set of the same seed.
-
-    `stream` names an independent sequence ("train" for GRPO prompts, "sft" for the model's build)."""
+def train_problems(n: int, seed: int = 0) -> list[ChainProblem]:
+    """`n` problems (levels in turn, shuffled), never one of the held-out set of the same seed."""
     heldout = {p.question for p in heldout_problems(seed)}
-    rng = random.Random(f"chain-{stream}-{seed}")
+    rng = random.Random(f"chain-train-{seed}")
     problems = []
     while len(problems) < n:
         problem = make_problem(rng, LEVELS[len(problems) % len(LEVELS)])
