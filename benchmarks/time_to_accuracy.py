@@ -36,6 +36,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from benchmarks.common import QUIET_CPU_RUN
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub.algos.advantages import ALL_MAX, ALL_MIN, zero_signal_kinds
 from grpo_hub.tasks import chain
 from grpo_hub.tasks.chain_model import chain_model_path
 
@@ -106,19 +107,17 @@ class Meter(TrainerCallback):
         rewards = chain.chain_correctness_reward(prompts, completions, answer)
         self.rows += len(completions)
         self.tokens += sum(len(ids) for ids in completion_ids)
-        for start in range(0, len(rewards), self.group_size):
-            group = rewards[start : start + self.group_size]
-            self.groups["total"] += 1
-            self.groups["all_correct"] += min(group) == 1.0
-            self.groups["all_wrong"] += max(group) == 0.0
+        kinds = zero_signal_kinds(torch.tensor(rewards), self.group_size, eps=0.0, low=0.0, high=1.0)
+        self.groups["total"] += kinds.numel()
+        self.groups["all_correct"] += int((kinds == ALL_MAX).sum())
+        self.groups["all_wrong"] += int((kinds == ALL_MIN).sum())
         return rewards
 
     def elapsed(self) -> float:
         return time.process_time() - self._start - self._paused
 
     def _evaluate(self, model, step: int) -> None:
-        paused_at = time.process_time()
-        elapsed = paused_at - self._start - self._paused
+        paused_at, elapsed = time.process_time(), self.elapsed()
         rng = torch.get_rng_state()  # the evaluation must not change the training's random stream
         accuracy = chain.evaluate(model, self.tokenizer, n=self.per_level)["greedy"]
         torch.set_rng_state(rng)
