@@ -100,17 +100,27 @@ def collate(rows: list[tuple[list[int], list[int]]], pad: int):
     return ids, mask, labels
 
 
-def sft_batches(encoder: ProblemEncoder, seed: int, sft: dict):
-    """Endless (input_ids, attention_mask, labels) batches of problems, never a held-out one."""
-    rng = random.Random(f"arithmetic-sft-{seed}")
-    skip = {p.question for p in heldout_problems(seed)}
+def problem_batches(encoder: ProblemEncoder, draw, skip: set[str], batch_size: int):
+    """Endless collated batches of `batch_size` (question, target) pairs from `draw()`, skipping the questions in
+    `skip` (the held-out set); shared by the offline models' SFT builds."""
     while True:
         rows = []
-        while len(rows) < sft["batch_size"]:
-            problem = make_problem(rng, rng.choices(LEVELS, weights=sft["level_weights"])[0])
-            if problem.question not in skip:
-                rows.append(encoder(problem.question, problem.answer))
+        while len(rows) < batch_size:
+            question, target = draw()
+            if question not in skip:
+                rows.append(encoder(question, target))
         yield collate(rows, encoder.tokenizer.pad_token_id)
+
+
+def sft_batches(encoder: ProblemEncoder, seed: int, sft: dict):
+    """Endless (input_ids, attention_mask, labels) batches of problems (question -> answer), never a held-out one."""
+    rng = random.Random(f"arithmetic-sft-{seed}")
+
+    def draw() -> tuple[str, str]:
+        problem = make_problem(rng, rng.choices(LEVELS, weights=sft["level_weights"])[0])
+        return problem.question, problem.answer
+
+    return problem_batches(encoder, draw, {p.question for p in heldout_problems(seed)}, sft["batch_size"])
 
 
 def supervised_train(model, batches, seed: int, sft: dict) -> None:

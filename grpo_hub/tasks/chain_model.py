@@ -20,7 +20,7 @@ from pathlib import Path
 
 from grpo_hub.tasks import chain
 from grpo_hub.tasks.arithmetic import CHAT_TEMPLATE
-from grpo_hub.tasks.arithmetic_model import ProblemEncoder, collate, supervised_train
+from grpo_hub.tasks.arithmetic_model import ProblemEncoder, problem_batches, supervised_train
 from grpo_hub.tasks.model_cache import cached_build, check_seed, default_cache_dir, fingerprint
 from grpo_hub.tasks.tiny_model import SPECIAL_TOKENS, byte_level_tokenizer, init_model
 
@@ -65,14 +65,12 @@ def char_tokenizer():
 def sft_batches(encoder: ProblemEncoder, seed: int, batch_size: int):
     """Endless batches of (chat prompt, worked solution + EOS), levels uniform, never a held-out problem."""
     rng = random.Random(f"chain-sft-{seed}")
-    skip = {p.question for p in chain.heldout_problems(seed)}
-    while True:
-        rows = []
-        while len(rows) < batch_size:
-            problem = chain.make_problem(rng, rng.choice(chain.LEVELS))
-            if problem.question not in skip:
-                rows.append(encoder(problem.question, problem.solution))
-        yield collate(rows, encoder.tokenizer.pad_token_id)
+
+    def draw() -> tuple[str, str]:
+        problem = chain.make_problem(rng, rng.choice(chain.LEVELS))
+        return problem.question, problem.solution
+
+    return problem_batches(encoder, draw, {p.question for p in chain.heldout_problems(seed)}, batch_size)
 
 
 def _write_model(folder: Path, seed: int, sft: dict) -> None:
