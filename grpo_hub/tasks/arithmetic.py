@@ -234,9 +234,19 @@ def evaluate(
     "pass@k" (share of problems with at least one right answer among `pass_k` samples at `temperature`,
     seeded with `sample_seed`) and "sampled" (share of right samples). The model is put in eval mode.
     """
+    problems = split_problems(split, n, seed)
+    return score_problems(
+        model, tokenizer, problems, max_new_tokens, batch_size, pass_k, temperature, sample_seed
+    )
+
+
+def score_problems(
+    model, tokenizer, problems, max_new_tokens: int, batch_size: int, pass_k=0, temperature=1.0, sample_seed=0
+) -> dict:
+    """`evaluate`'s report for any problems with `question`, `answer` and `level` (the chain task's too): the
+    final integer of each greedy completion (and of `pass_k` samples) checked against the answer."""
     import torch
 
-    problems = split_problems(split, n, seed)
     model.eval()
     questions = [p.question for p in problems]
     greedy = generate_answers(model, tokenizer, questions, max_new_tokens, batch_size)

@@ -29,11 +29,9 @@ from dataclasses import dataclass
 from grpo_hub.tasks.arithmetic import (
     CHAT_TEMPLATE,
     SPLITS,
-    accuracy_by_level,
     chat_prompt,
     final_integer_rewards,
-    generate_answers,
-    parse_answer,
+    score_problems,
 )
 
 __all__ = ["CHAT_TEMPLATE", "chain_correctness_reward", "evaluate", "load_chain", "make_problem"]
@@ -150,10 +148,4 @@ def evaluate(
     batch_size: int = 500,
 ) -> dict:
     """Greedy accuracy per level on `split` ({"greedy": {"1": ..., "all": ...}}); puts the model in eval mode."""
-    problems = split_problems(split, n, seed)
-    model.eval()
-    texts = generate_answers(
-        model, tokenizer, [p.question for p in problems], MAX_COMPLETION_TOKENS, batch_size
-    )
-    right = [parse_answer(text) == p.answer for text, p in zip(texts, problems, strict=True)]
-    return {"greedy": accuracy_by_level(right, problems)}
+    return score_problems(model, tokenizer, split_problems(split, n, seed), MAX_COMPLETION_TOKENS, batch_size)
