@@ -16,8 +16,8 @@ and `arithmetic_format_reward` (0.1 if the completion is one bare integer). math
 answers are exact integers, which a regex and string comparison check exactly (any length, no float
 tolerance, no parsing cost).
 
-Splits: "heldout" is `HELDOUT_PER_LEVEL` distinct problems per level drawn from its own seed stream;
-"train" draws from another stream and skips every held-out problem, so the two never overlap.
+Splits: "heldout" is `HELDOUT_PER_LEVEL` distinct problems per level, one fixed set whatever the seed;
+"train" draws from the stream of its `seed` and skips every held-out problem, so the two never overlap.
 """
 
 from __future__ import annotations
@@ -90,14 +90,15 @@ def _draw_distinct(stream: str, per_level: int, levels: Sequence[int], n_ops: in
     return problems
 
 
-def heldout_problems(seed: int = 0, n_ops: int = 1) -> list[Problem]:
-    """The fixed held-out set: `HELDOUT_PER_LEVEL` distinct problems per level, ordered by level."""
-    return _draw_distinct(f"arithmetic-heldout-{seed}-{n_ops}", HELDOUT_PER_LEVEL, LEVELS, n_ops)
+def heldout_problems(n_ops: int = 1) -> list[Problem]:
+    """The fixed held-out set of `n_ops`-op problems (one set, whatever the training seed): `HELDOUT_PER_LEVEL`
+    distinct problems per level, ordered by level."""
+    return _draw_distinct(f"arithmetic-heldout-0-{n_ops}", HELDOUT_PER_LEVEL, LEVELS, n_ops)
 
 
 def train_problems(n: int, seed: int = 0, n_ops: int = 1, levels: Sequence[int] = LEVELS) -> list[Problem]:
-    """`n` training problems (levels in turn, shuffled), never one of the held-out set of the same seed."""
-    heldout = {p.question for p in heldout_problems(seed, n_ops)}
+    """`n` training problems (levels in turn, shuffled) from the stream of `seed`, never a held-out problem."""
+    heldout = {p.question for p in heldout_problems(n_ops)}
     rng = random.Random(f"arithmetic-train-{seed}-{n_ops}")
     problems = []
     while len(problems) < n:
@@ -135,7 +136,8 @@ def load_arithmetic(split: str = "train", n: int = 512, seed: int = 0, n_ops: in
 
 
 def split_problems(split: str, n: int, seed: int = 0, n_ops: int = 1) -> list[Problem]:
-    """Problems of `split`: "train" -> `n` problems, "heldout" -> the first `n` (<= HELDOUT_PER_LEVEL) per level."""
+    """Problems of `split`: "train" -> `n` problems of `seed`'s stream, "heldout" -> the first `n`
+    (<= HELDOUT_PER_LEVEL) per level of the fixed held-out set (`seed` does not apply)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if split == "train":
@@ -144,7 +146,7 @@ def split_problems(split: str, n: int, seed: int = 0, n_ops: int = 1) -> list[Pr
         raise ValueError(
             f"the held-out split has {HELDOUT_PER_LEVEL} problems per level; n={n!r} is outside that"
         )
-    return [p for i, p in enumerate(heldout_problems(seed, n_ops)) if i % HELDOUT_PER_LEVEL < n]
+    return [p for i, p in enumerate(heldout_problems(n_ops)) if i % HELDOUT_PER_LEVEL < n]
 
 
 def parse_answer(text: str) -> str | None:

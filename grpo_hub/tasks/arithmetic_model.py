@@ -49,7 +49,7 @@ def build_recipe(seed: int, sft: dict) -> dict:
         "chat_template": CHAT_TEMPLATE,
         "shape": MODEL_SHAPE,
         "sft": sft,
-        "heldout": [p.question for p in heldout_problems(seed)],
+        "heldout": [p.question for p in heldout_problems()],
         "seed": seed,
     }
 
@@ -120,7 +120,7 @@ def sft_batches(encoder: ProblemEncoder, seed: int, sft: dict):
         problem = make_problem(rng, rng.choices(LEVELS, weights=sft["level_weights"])[0])
         return problem.question, problem.answer
 
-    return problem_batches(encoder, draw, {p.question for p in heldout_problems(seed)}, sft["batch_size"])
+    return problem_batches(encoder, draw, {p.question for p in heldout_problems()}, sft["batch_size"])
 
 
 def supervised_train(model, batches, seed: int, sft: dict) -> None:

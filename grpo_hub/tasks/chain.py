@@ -17,8 +17,8 @@ so a completion runs 5-40 tokens (one token per character) and errors compound a
 how many steps must all be right. `chain_correctness_reward` is 1.0 when the completion's last integer is the
 answer (only correctness is rewarded, so a group is zero-signal exactly when all its answers agree in
 rightness). Splits: "heldout" is `HELDOUT_PER_LEVEL` (500) distinct problems per level, 2,000 in all (standard
-error <= 1.1 points), from its own seed stream; "train" draws from another stream and skips every held-out
-problem. The model is `chain_model.chain_model_path()`.
+error <= 1.1 points): one fixed set, whatever the seed; "train" draws from the stream of its `seed` and skips
+every held-out problem, so no seed puts a held-out problem into training. The model is `chain_model.chain_model_path()`.
 """
 
 from __future__ import annotations
@@ -90,14 +90,14 @@ def _draw(stream: str, per_level: int, skip=frozenset()) -> list[ChainProblem]:
     return problems
 
 
-def heldout_problems(seed: int = 0) -> list[ChainProblem]:
+def heldout_problems() -> list[ChainProblem]:
     """The fixed held-out set: `HELDOUT_PER_LEVEL` distinct problems per level, ordered by level."""
-    return _draw(f"chain-heldout-{seed}", HELDOUT_PER_LEVEL)
+    return _draw("chain-heldout-0", HELDOUT_PER_LEVEL)
 
 
 def train_problems(n: int, seed: int = 0) -> list[ChainProblem]:
-    """`n` problems (levels in turn, shuffled), never one of the held-out set of the same seed."""
-    heldout = {p.question for p in heldout_problems(seed)}
+    """`n` problems (levels in turn, shuffled) from the stream of `seed`, never a held-out problem."""
+    heldout = {p.question for p in heldout_problems()}
     rng = random.Random(f"chain-train-{seed}")
     problems = []
     while len(problems) < n:
@@ -109,7 +109,8 @@ def train_problems(n: int, seed: int = 0) -> list[ChainProblem]:
 
 
 def split_problems(split: str, n: int, seed: int = 0) -> list[ChainProblem]:
-    """ "train" -> `n` problems; "heldout" -> the first `n` (<= `HELDOUT_PER_LEVEL`) problems of each level."""
+    """ "train" -> `n` problems of `seed`'s stream; "heldout" -> the first `n` (<= `HELDOUT_PER_LEVEL`) problems of
+    each level of the fixed held-out set (`seed` does not apply)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if split == "train":
@@ -118,7 +119,7 @@ def split_problems(split: str, n: int, seed: int = 0) -> list[ChainProblem]:
         raise ValueError(
             f"the held-out split has {HELDOUT_PER_LEVEL} problems per level; n={n!r} is outside that"
         )
-    return [p for i, p in enumerate(heldout_problems(seed)) if i % HELDOUT_PER_LEVEL < n]
+    return [p for i, p in enumerate(heldout_problems()) if i % HELDOUT_PER_LEVEL < n]
 
 
 def load_chain(split: str = "train", n: int = 4096, seed: int = 0):

@@ -48,7 +48,7 @@ def build_recipe(seed: int = 0, sft: dict | None = None) -> dict:
         "chat_template": CHAT_TEMPLATE,
         "shape": MODEL_SHAPE,
         "sft": {**SFT_RECIPE, **(sft or {})},
-        "heldout": fingerprint({"questions": [p.question for p in chain.heldout_problems(seed)]}),
+        "heldout": fingerprint({"questions": [p.question for p in chain.heldout_problems()]}),
         "solution_format": chain.make_problem(random.Random("format"), max(chain.LEVELS)).solution,
         "seed": seed,
     }
@@ -70,7 +70,7 @@ def sft_batches(encoder: ProblemEncoder, seed: int, batch_size: int):
         problem = chain.make_problem(rng, rng.choice(chain.LEVELS))
         return problem.question, problem.solution
 
-    return problem_batches(encoder, draw, {p.question for p in chain.heldout_problems(seed)}, batch_size)
+    return problem_batches(encoder, draw, {p.question for p in chain.heldout_problems()}, batch_size)
 
 
 def _write_model(folder: Path, seed: int, sft: dict) -> None:

@@ -49,8 +49,8 @@ def test_bad_level_or_op_count_is_refused():
 
 
 def test_splits_are_fixed_by_seed_and_disjoint():
-    heldout = heldout_problems(seed=0)
-    assert heldout == heldout_problems(seed=0) and heldout != heldout_problems(seed=1)
+    heldout = heldout_problems()
+    assert heldout == heldout_problems() and heldout != heldout_problems(n_ops=2)
     assert len(heldout) == len(LEVELS) * HELDOUT_PER_LEVEL
     assert len({p.question for p in heldout}) == len(heldout)
     train = train_problems(2000, seed=0)
