@@ -17,6 +17,14 @@ all-min ("hard": every completion got the bottom reward)}:
   for easy and two thirds for hard prompts), step 0.01 and [lo, hi] = [0.05, 0.95] (GRESO's defaults).
 The keep floor `min_keep` > 0 means every skipped prompt is revisited with probability >= min_keep each time it
 comes up, so a prompt whose difficulty changed is eventually seen again.
+
+Bounded revisit (grpo_hub; GRESO's code bounds the wait the same way in its alternative linear-backoff rule,
+`hard_linear_backoff_skip`: skipped while fewer than a random draw from [0, k·z) epochs have passed since the
+last scoring): a prompt skipped s_i times since its last scoring is generated when s_i >= k * z_i, whatever
+P_skip. Without the bound, a prompt whose exploration probability sits at the 0.05 floor waits 20 (z = 1) to
+100 (z >= 2) epochs on average, because z does not change while it is skipped; a hard prompt that one unlucky
+all-wrong group labelled (success rate q gives an all-wrong group of n with probability (1 - q)^n: 0.43 for
+q = 0.1, n = 8) then leaves training for good, while the model it could teach keeps improving.
 """
 
 from __future__ import annotations
@@ -33,18 +41,27 @@ TARGET_SHARE = {
 
 
 def skip_probabilities(
-    kinds: torch.Tensor, streaks: torch.Tensor, explore: dict[int, float], min_keep: float
+    kinds: torch.Tensor,
+    streaks: torch.Tensor,
+    explore: dict[int, float],
+    min_keep: float,
+    skips: torch.Tensor | None = None,
+    revisit_after: int | None = None,
 ) -> torch.Tensor:
-    """(G,) float64: P_skip = 1 - max(p_k ** z, min_keep) for groups whose history is zero-signal of kind k.
+    """(G,) float64: P_skip = 1 - max(p_k ** z, min_keep) for groups whose history is zero-signal of kind k,
+    and 0 where the bounded revisit applies (`skips` >= `revisit_after` * z).
 
     `kinds` (G,) are the kinds of the last scorings, `streaks` (G,) the run lengths z (0: no skip),
-    `explore` {ALL_MAX: p_max, ALL_MIN: p_min}.
+    `explore` {ALL_MAX: p_max, ALL_MIN: p_min}, `skips` (G,) the skips since the last scoring (needed with
+    `revisit_after`; None: no bound).
     """
     probs = torch.zeros(kinds.shape, dtype=torch.float64)
     for kind, p in explore.items():
         pick = (kinds == kind) & (streaks > 0)
         keep = torch.clamp(p ** streaks[pick].double(), min=min_keep)
         probs[pick] = 1.0 - keep
+    if revisit_after is not None:
+        probs[skips >= revisit_after * streaks] = 0.0
     return probs
 
 
@@ -59,34 +76,35 @@ def adapt_exploration(explore: float, kind_frac: float, target: float, step: flo
 
 
 class OutcomeHistory:
-    """Per prompt id (int64): kind of the last scoring, length of its same-kind run, skipped since scored.
+    """Per prompt id (int64): kind of the last scoring, length of its same-kind run, skips since scored.
 
     `record(ids, kinds)` updates from one scoring and returns (revisits, informative revisits): of the scored
     prompts, those skipped at least once since their previous scoring, and how many of them had signal (the
-    filter's error). `lookup(ids)` returns (kinds, streaks) for `skip_probabilities`.
+    filter's error). `lookup(ids)` returns (kinds, streaks, skips) for `skip_probabilities`.
     """
 
     def __init__(self):
         self._kind: dict[int, int] = {}
         self._streak: dict[int, int] = {}
-        self._skipped: set[int] = set()
+        self._skips: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self._kind)
 
-    def lookup(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def lookup(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         kinds = torch.tensor([self._kind.get(i, INFORMATIVE) for i in ids], dtype=torch.long)
         streaks = torch.tensor([self._streak.get(i, 0) for i in ids], dtype=torch.long)
-        return kinds, streaks
+        skips = torch.tensor([self._skips.get(i, 0) for i in ids], dtype=torch.long)
+        return kinds, streaks, skips
 
     def mark_skipped(self, ids: list[int]) -> None:
-        self._skipped.update(ids)
+        for prompt in ids:
+            self._skips[prompt] = self._skips.get(prompt, 0) + 1
 
     def record(self, ids: list[int], kinds: list[int]) -> tuple[int, int]:
         revisits = informative = 0
         for prompt, kind in zip(ids, kinds, strict=True):
-            if prompt in self._skipped:
-                self._skipped.discard(prompt)
+            if self._skips.pop(prompt, 0):
                 revisits += 1
                 informative += kind == INFORMATIVE
             same = kind != INFORMATIVE and self._kind.get(prompt) == kind
@@ -100,14 +118,16 @@ class OutcomeHistory:
             "ids": torch.tensor(ids, dtype=torch.long),
             "kinds": torch.tensor([self._kind[i] for i in ids], dtype=torch.long),
             "streaks": torch.tensor([self._streak[i] for i in ids], dtype=torch.long),
-            "skipped": torch.tensor(sorted(self._skipped), dtype=torch.long),
+            "skipped": torch.tensor(list(self._skips), dtype=torch.long),
+            "skip_counts": torch.tensor(list(self._skips.values()), dtype=torch.long),
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         ids = state["ids"].tolist()
         self._kind = dict(zip(ids, state["kinds"].tolist(), strict=True))
         self._streak = dict(zip(ids, state["streaks"].tolist(), strict=True))
-        self._skipped = set(state["skipped"].tolist())
+        counts = state.get("skip_counts", torch.ones_like(state["skipped"]))  # older checkpoints: one skip each
+        self._skips = dict(zip(state["skipped"].tolist(), counts.tolist(), strict=True))
 
 
 def kind_fractions(kinds: torch.Tensor) -> dict[int, float]:

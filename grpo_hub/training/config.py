@@ -228,6 +228,16 @@ class GRPOHubConfig(GRPOConfig):
             "revisited (GRESO: 0.01). In (0, 1]."
         },
     )
+    selective_rollout_revisit_after: int | None = field(
+        default=1,
+        metadata={
+            "help": "Bounded revisit: a prompt skipped revisit_after * z times since it was last generated (z: its "
+            "zero-signal streak) is generated at its next visit, whatever the skip probability, so a prompt that "
+            "became learnable is seen again within that many epochs (GRESO's linear-backoff rule bounds the wait "
+            "the same way). None: no bound (GRESO's probabilistic rule alone: at the 0.05 exploration floor a "
+            "skipped prompt waits 20-100 epochs, and hard prompts leave training; docs/selective-rollout.md)."
+        },
+    )
     selective_rollout_reward_min: float | None = field(
         default=None,
         metadata={

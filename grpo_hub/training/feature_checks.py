@@ -109,6 +109,13 @@ def check_selective_rollout(c) -> None:
             f"must be in (0, 1], got {c.selective_rollout_min_keep_prob}; 0 would never revisit a prompt.",
             "use e.g. 0.01.",
         )
+    revisit = c.selective_rollout_revisit_after
+    if revisit is not None and (isinstance(revisit, bool) or not isinstance(revisit, int) or revisit < 1):
+        field_error(
+            "selective_rollout_revisit_after",
+            f"must be an integer >= 1 or None, got {revisit!r}.",
+            "use 1 (a prompt waits at most as many visits as its zero-signal streak), or None for no bound.",
+        )
     low, high = c.selective_rollout_reward_min, c.selective_rollout_reward_max
     if low is not None and high is not None and not low < high:
         field_error(

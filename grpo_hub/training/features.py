@@ -223,6 +223,7 @@ FEATURES = (
                         "explore_init",
                         "explore_step",
                         "min_keep_prob",
+                        "revisit_after",
                         "reward_min",
                         "reward_max",
                     )

@@ -77,12 +77,13 @@ class SelectiveRollout:
 
     def __init__(
         self, *, stream, gather_objects, gather, rank: int, group_size: int, id_column: str | None,
-        explore_init: float, target: float, step: float, min_keep: float, eps: float,
+        explore_init: float, target: float, step: float, min_keep: float, revisit_after: int | None, eps: float,
         reward_min: float | None, reward_max: float | None, seed: int, metrics,
     ):  # fmt: skip
         self.stream, self.gather_objects, self.gather, self.metrics = stream, gather_objects, gather, metrics
         self.rank, self.group_size, self.id_column = rank, group_size, id_column
         self.target, self.step, self.min_keep, self.eps = target, step, min_keep, eps
+        self.revisit_after = revisit_after
         self.reward_bounds = (reward_min, reward_max)
         self.history = OutcomeHistory()
         self.explore = {ALL_MAX: explore_init, ALL_MIN: explore_init}
@@ -102,6 +103,7 @@ class SelectiveRollout:
             target=args.selective_rollout_target_zero_frac,
             step=args.selective_rollout_explore_step,
             min_keep=args.selective_rollout_min_keep_prob,
+            revisit_after=args.selective_rollout_revisit_after,
             eps=args.zero_signal_eps,
             reward_min=args.selective_rollout_reward_min,
             reward_max=args.selective_rollout_reward_max,
@@ -123,8 +125,8 @@ class SelectiveRollout:
         candidates, self._leftover = self._leftover + _groups(rows, self.group_size), []
         while True:
             ids = [prompt_id(group[0], self.id_column) for group in candidates]
-            kinds, streaks = self.history.lookup(ids)
-            probs = skip_probabilities(kinds, streaks, self.explore, self.min_keep)
+            kinds, streaks, skips = self.history.lookup(ids)
+            probs = skip_probabilities(kinds, streaks, self.explore, self.min_keep, skips, self.revisit_after)
             draws = torch.rand(len(ids), generator=self.generator, dtype=torch.float64)
             for j, group in enumerate(candidates):
                 if len(kept) == wanted:

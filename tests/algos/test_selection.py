@@ -60,9 +60,13 @@ def test_kinds_edge_cases():
     assert adv.zero_signal_kinds(noisy, 2, 1e-6, 3.0, 3.0).tolist() == [ALL_MAX]
 
 
-def naive_skip_probability(kind: int, streak: int, explore: dict, min_keep: float) -> float:
+def naive_skip_probability(
+    kind: int, streak: int, explore: dict, min_keep: float, skips: int = 0, revisit_after: int | None = None
+) -> float:
     if kind == INFORMATIVE or streak == 0:
         return 0.0
+    if revisit_after is not None and skips >= revisit_after * streak:
+        return 0.0  # waited its bound: generate it
     return 1.0 - max(explore[kind] ** streak, min_keep)
 
 
@@ -81,6 +85,25 @@ def test_skip_probabilities_match_greso_formula(seed):
     )  # the floor: every prompt keeps a chance to be revisited
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_bounded_revisit_matches_a_naive_rule(seed):
+    rng = random.Random(seed)
+    kinds = [rng.choice([INFORMATIVE, ALL_MAX, ALL_MIN]) for _ in range(40)]
+    streaks = [0 if k == INFORMATIVE else rng.randint(0, 4) for k in kinds]
+    skips = [rng.randint(0, 9) for _ in kinds]
+    explore = {ALL_MAX: rng.uniform(0.05, 0.95), ALL_MIN: rng.uniform(0.05, 0.95)}
+    revisit_after = rng.choice([1, 2, 3])
+    got = selection.skip_probabilities(
+        torch.tensor(kinds), torch.tensor(streaks), explore, 0.01, torch.tensor(skips), revisit_after
+    )
+    want = [
+        naive_skip_probability(k, z, explore, 0.01, s, revisit_after)
+        for k, z, s in zip(kinds, streaks, skips, strict=True)
+    ]
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64))
+    assert any(w == 0 and k != INFORMATIVE and z > 0 for w, k, z in zip(want, kinds, streaks, strict=True))
+
+
 def test_exploration_moves_toward_the_target_and_stays_in_bounds():
     assert selection.adapt_exploration(0.5, kind_frac=0.3, target=0.25, step=0.01) == pytest.approx(0.49)
     assert selection.adapt_exploration(0.5, kind_frac=0.25, target=0.25, step=0.01) == pytest.approx(0.49)
@@ -93,10 +116,12 @@ def test_history_runs_revisits_and_state_round_trip():
     history = OutcomeHistory()
     assert history.record([1, 2, 3], [ALL_MAX, ALL_MIN, INFORMATIVE]) == (0, 0)
     history.record([1, 2], [ALL_MAX, ALL_MAX])  # 1: run of 2 all-max; 2: kind changed, run restarts at 1
-    kinds, streaks = history.lookup([1, 2, 3, 99])
+    kinds, streaks, skips = history.lookup([1, 2, 3, 99])
     assert kinds.tolist() == [ALL_MAX, ALL_MAX, INFORMATIVE, INFORMATIVE]
-    assert streaks.tolist() == [2, 1, 0, 0]
+    assert streaks.tolist() == [2, 1, 0, 0] and skips.tolist() == [0, 0, 0, 0]
     history.mark_skipped([1, 2])
+    history.mark_skipped([1])
+    assert history.lookup([1, 2, 3])[2].tolist() == [2, 1, 0]  # skips since the last scoring
     copy = OutcomeHistory()
     copy.load_state_dict(history.state_dict())
     for h in (history, copy):
@@ -105,6 +130,7 @@ def test_history_runs_revisits_and_state_round_trip():
             1,
         )  # 1 turned informative: an error
         assert h.lookup([1, 2, 3])[1].tolist() == [0, 2, 1]
+        assert h.lookup([1, 2, 3])[2].tolist() == [0, 0, 0]  # scoring resets the skip count
         assert h.record([1], [ALL_MIN]) == (0, 0)  # revisit counted once
     assert copy.state_dict().keys() == history.state_dict().keys()
     for key, value in history.state_dict().items():

@@ -190,6 +190,8 @@ INVALID = [
     ("selective_rollout_explore_init", {"selective_rollout": True, "selective_rollout_explore_init": 0.99}),
     ("selective_rollout_explore_step", {"selective_rollout": True, "selective_rollout_explore_step": -0.1}),
     ("selective_rollout_min_keep_prob", {"selective_rollout": True, "selective_rollout_min_keep_prob": 0.0}),
+    ("selective_rollout_revisit_after", {"selective_rollout": True, "selective_rollout_revisit_after": 0}),
+    ("selective_rollout_revisit_after", {"selective_rollout": True, "selective_rollout_revisit_after": 1.5}),
     (
         "selective_rollout_reward_min",
         {"selective_rollout": True, "selective_rollout_reward_min": 1.0, "selective_rollout_reward_max": 0.0},
@@ -288,6 +290,7 @@ EFFECTIVE = {
     "selective_rollout_explore_init": (0.7, {"selective_rollout": True}),
     "selective_rollout_explore_step": (0.05, {"selective_rollout": True}),
     "selective_rollout_min_keep_prob": (0.1, {"selective_rollout": True}),
+    "selective_rollout_revisit_after": (2, {"selective_rollout": True}),
     "selective_rollout_reward_min": (0.0, {"selective_rollout": True}),
     "selective_rollout_reward_max": (1.0, {"selective_rollout": True}),
 }

@@ -11,14 +11,17 @@ from grpo_hub.training.selective_rollout import SelectiveRollout, prompt_id
 GROUP = 2
 
 
-def make_selector(batches: list[list[dict]], min_keep: float = 1e-9) -> SelectiveRollout:
+def make_selector(
+    batches: list[list[dict]], min_keep: float = 1e-9, revisit_after: int | None = None
+) -> SelectiveRollout:
     """A one-rank selector whose stream yields `batches` (period 1) after the batch handed to `select`."""
     stream = GenerationBatchStream(period=1)
     stream.enter(iter(batches))
     stream.note_pulled(1, 1)  # the batch handed to `select`
     return SelectiveRollout(
         stream=stream, gather_objects=lambda rows: rows, gather=lambda t: t, rank=0, group_size=GROUP,
-        id_column="index", explore_init=0.05, target=0.25, step=0.0, min_keep=min_keep, eps=0.0,
+        id_column="index", explore_init=0.05, target=0.25, step=0.0, min_keep=min_keep,
+        revisit_after=revisit_after, eps=0.0,
         reward_min=0.0, reward_max=1.0, seed=0, metrics=collections.defaultdict(list),
     )  # fmt: skip
 
@@ -74,6 +77,16 @@ def test_revisits_of_skipped_prompts_measure_the_filter_error():
     assert indices(selector.select(rows(0, 4))) == [3, 0]
     selector.record(torch.tensor([1.0, 1.0, 0.0, 1.0]))  # 0 turned out informative: the filter erred
     assert selector.metrics["selective_rollout/revisit_informative_frac"] == [1.0]
+
+
+def test_a_prompt_skipped_revisit_after_times_its_streak_is_generated_at_its_next_visit():
+    selector = make_selector([rows(i + 10, i + 20) for i in range(20)], revisit_after=1)
+    learn_hard(selector, [0], times=2)  # streak z = 2, P_skip = 1 - 0.05**2: skipped at almost every visit
+    visits = [0 in indices(selector.select(rows(0, 1))) for _ in range(3)]
+    assert visits == [False, False, True]  # skipped z = 2 times, then generated whatever the draw
+    unbounded = make_selector([rows(i + 10, i + 20) for i in range(20)])
+    learn_hard(unbounded, [0], times=2)
+    assert not any(0 in indices(unbounded.select(rows(0, 1))) for _ in range(3))  # GRESO's rule alone
 
 
 def test_exploration_adapts_once_per_step_on_pooled_fractions_from_the_second_epoch():
