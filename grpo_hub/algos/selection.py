@@ -126,7 +126,8 @@ class OutcomeHistory:
         ids = state["ids"].tolist()
         self._kind = dict(zip(ids, state["kinds"].tolist(), strict=True))
         self._streak = dict(zip(ids, state["streaks"].tolist(), strict=True))
-        counts = state.get("skip_counts", torch.ones_like(state["skipped"]))  # older checkpoints: one skip each
+        # a checkpoint from before the skip counts: one skip each
+        counts = state.get("skip_counts", torch.ones_like(state["skipped"]))
         self._skips = dict(zip(state["skipped"].tolist(), counts.tolist(), strict=True))
 
 
