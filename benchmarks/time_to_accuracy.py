@@ -1,19 +1,19 @@
 """Time to accuracy on the chain task: how soon does each configuration reach plain TRL's held-out accuracy?
 
-Every configuration trains the shipped chain model (`grpo_hub.tasks.chain_model`) with the LoRA settings of
-`recipes/configs/chain.yaml` for the same budget of process CPU seconds (one core, one torch thread; on an
-otherwise idle core that is its wall time, and other load on a shared machine disturbs it least). Prompts cycle
-through the recipe's training set epoch after epoch, so a configuration that skips prompts moves on to others
-instead of running out (and selective rollout sees each prompt again, as in multi-epoch reasoning RL).
-Held-out accuracy (greedy, 2,000 problems, standard error <= 1.1 points) is evaluated off the clock at fixed
-points of the budget. Runs are interleaved: seed-major, the configuration order rotated per seed.
+Every configuration trains the shipped chain model (`grpo_hub.tasks.chain_model`) with the settings of
+`recipes/configs/chain.yaml` (its learning-rate schedule included: it must not depend on max_steps) for the same
+budget on two clocks: process CPU seconds (one core, one torch thread; evaluations off the clock) and the GPU
+clock modeled from the counted work (`benchmarks.clocks`, calibrated on plain TRL, which runs first in each seed).
+A run stops once both clocks have passed the budget. Prompts cycle through the recipe's training set epoch after
+epoch, so a configuration that skips prompts moves on to others instead of running out. Held-out accuracy
+(greedy, 2,000 problems, standard error <= 1.1 points) is evaluated at `--points` evenly spaced fractions of the
+budget on either clock. Runs are interleaved: seed-major, plain TRL first, the others' order rotated per seed.
 
-Target: plain TRL's final accuracy, averaged over seeds. Reached (smoothing rule): the first evaluation point
-whose accuracy and the next point's are both >= the target (at the last point, that point alone), so one
-noisy evaluation cannot fake a crossing. Ratio: a configuration's time to the target / plain TRL's, per seed.
+Targets: plain TRL's mean accuracy at 50 %, 75 % and 100 % of its budget. Reached: the smoothing rule of
+`benchmarks.clocks.reached_at`. Ratio: a configuration's time to a target / plain TRL's, per seed and clock.
 
-    python -m benchmarks.time_to_accuracy [--seeds 3] [--budget 300] [--points 6] [--plot docs/time-to-accuracy.png]
-    python -m benchmarks.time_to_accuracy --quick     # smoke run: 1 seed, 2 configurations, 10 s (numbers are noise)
+    python -m benchmarks.time_to_accuracy [--seeds 3] [--budget 300] [--points 12] [--plot docs/time-to-accuracy.png]
+    python -m benchmarks.time_to_accuracy --quick     # smoke run: 1 seed, 2 configurations, 8 s (numbers are noise)
 
 On the 2-core VM the seeds can run as two such processes, one per core (`--seed-list 0,2 --core 0 --json a.json`,
 `--seed-list 1 --core 1 --json b.json`), then `--merge a.json b.json --plot ...` prints the joint report.
@@ -34,6 +34,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from benchmarks import clocks
 from benchmarks.common import QUIET_CPU_RUN
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.algos.advantages import ALL_MAX, ALL_MIN, zero_signal_kinds
@@ -52,6 +53,7 @@ CONFIGS = {
     "selective+dynamic": {"selective_rollout": True, "dynamic_sampling": True},
 }  # + "chain-fast": the recommended preset, read from its YAML
 LORA_KEYS = {"lora_r": "r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout"}
+STEP_FREE_SCHEDULES = ("constant", "constant_with_warmup")  # schedules a time budget leaves unchanged
 RECIPE_ONLY = {"task", "use_peft", "lora_target_modules", "logging_steps", "output_dir"}
 
 
@@ -68,15 +70,20 @@ def recipe_settings(path: str) -> tuple[dict, LoraConfig]:
 
 
 class Meter(TrainerCallback):
-    """Training clock (process CPU s, evaluations excluded), held-out accuracy at fixed points, work counters.
+    """Training clocks, held-out accuracy at fixed points of the budget, work counters.
 
-    `points`: one dict per evaluation: time, wall, accuracy (per level), generated tokens / rows, trained rows,
-    micro-steps, optimizer steps, and the shares of all-correct / all-wrong groups generated since the last point.
+    Clocks: process CPU seconds (evaluations excluded) and, given `costs`, the modeled GPU clock
+    (`benchmarks.clocks`). An evaluation runs at the first optimizer step past each of `points` evenly spaced
+    fractions of `budget` on either clock; training stops once both clocks have passed the budget.
+    `points`: one dict per evaluation: time (CPU s), wall, accuracy (per level), generated tokens / rows, trained
+    rows, micro-steps, optimizer steps, and the shares of all-correct / all-wrong groups generated since the
+    last evaluation.
     """
 
-    def __init__(self, tokenizer, eval_times: list[float], group_size: int, per_level: int):
-        self.tokenizer, self.eval_times, self.group_size = tokenizer, list(eval_times), group_size
-        self.per_level = per_level
+    def __init__(self, tokenizer, budget: float, points: int, group_size: int, per_level: int, costs=None):
+        self.tokenizer, self.group_size, self.per_level, self.costs = tokenizer, group_size, per_level, costs
+        grid = [budget * (i + 1) / points for i in range(points)]
+        self.grids = {"cpu": list(grid), "gpu": list(grid) if costs else []}
         self.points, self.gen_seconds = [], 0.0
         self.tokens = self.rows = self.trained_rows = self.micro_steps = 0
         self.groups = {"all_correct": 0, "all_wrong": 0, "total": 0}
@@ -146,28 +153,49 @@ class Meter(TrainerCallback):
         self._evaluate(model, 0)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if self.eval_times and self.elapsed() >= self.eval_times[0]:
-            self.eval_times.pop(0)
+        now = {"cpu": self.elapsed()}
+        if self.costs:
+            now["gpu"] = self.costs.seconds(self.tokens, self.micro_steps)
+        crossed = False
+        for clock, grid in self.grids.items():
+            while grid and now[clock] >= grid[0]:
+                grid.pop(0)
+                crossed = True
+        if crossed:
             self._evaluate(model, state.global_step)
-            control.should_training_stop = not self.eval_times
+            control.should_training_stop = not any(self.grids.values())
 
 
-def run(name: str, seed: int, budget: float, points: int, extra: dict | None, per_level: int) -> list[dict]:
-    """Train configuration `name` for `budget` CPU seconds; return its evaluation points."""
+def check_schedule(fields: dict) -> None:
+    """The benchmark stops on a time budget, so the recipe's learning-rate schedule must not depend on max_steps
+    (else the benchmark would train with another schedule than the recipe it measures)."""
+    schedule = fields.get("lr_scheduler_type", "linear")
+    if schedule not in STEP_FREE_SCHEDULES:
+        raise SystemExit(
+            f"lr_scheduler_type: {schedule} in the recipe depends on max_steps, which a time budget does not fix; "
+            f"use one of {STEP_FREE_SCHEDULES} in the YAML"
+        )
+
+
+def run(
+    name: str, seed: int, budget: float, points: int, extra: dict | None, per_level: int, costs=None
+) -> list[dict]:
+    """Train configuration `name` for `budget` seconds on the CPU clock (and on the GPU clock of `costs`, if
+    given); return its evaluation points."""
     fields, lora = recipe_settings(RECIPE)
+    check_schedule(fields)
     prompts = fields.pop("num_prompts")
     model_dir = chain_model_path()
     common = {
         **fields,
         "output_dir": tempfile.mkdtemp(),
         **QUIET_CPU_RUN,
-        "max_steps": 100_000,  # the budget stops training
+        "max_steps": 100_000,  # the budget stops training (the schedule does not depend on it: check_schedule)
         "seed": seed,
     }
     args = GRPOConfig(**common) if extra is None else GRPOHubConfig(**common, **extra)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    eval_times = [budget * (i + 1) / points for i in range(points)]
-    meter = Meter(tokenizer, eval_times, args.num_generations, per_level)
+    meter = Meter(tokenizer, budget, points, args.num_generations, per_level, costs)
     torch.manual_seed(seed)
     trainer = (GRPOTrainer if extra is None else GRPOHubTrainer)(
         model=AutoModelForCausalLM.from_pretrained(model_dir),
@@ -183,69 +211,128 @@ def run(name: str, seed: int, budget: float, points: int, extra: dict | None, pe
     return meter.points
 
 
-def reached_at(points: list[dict], target: float) -> float | None:
-    """Time of the first point at or above `target` whose next point is too (the last point: alone); None if never."""
-    acc = [p["accuracy"]["all"] for p in points]
-    for i, value in enumerate(acc):
-        if value >= target and (i == len(acc) - 1 or acc[i + 1] >= target):
-            return points[i]["time"]
-    return None
+def calibration(trl_runs: list[list[dict]], share: float) -> clocks.UnitCosts:
+    """GPU unit costs from plain TRL's totals at the end of its runs, mean over seeds."""
+    finals = [runs[-1] for runs in trl_runs]
+    mean = {k: statistics.fmean(p[k] for p in finals) for k in ("generated_tokens", "micro_steps", "time")}
+    return clocks.calibrate(mean["generated_tokens"], mean["micro_steps"], mean["time"], share)
 
 
-def summarize(results: dict) -> dict:
-    """Per configuration: final accuracy per seed, time to the target per seed, ratios to TRL, work at the end."""
-    target = statistics.fmean(runs[-1]["accuracy"]["all"] for runs in results["trl"])
-    trl_times = [reached_at(runs, target) for runs in results["trl"]]
+def clock_times(runs: list[dict], clock: str, costs: clocks.UnitCosts) -> list[float]:
+    """The evaluation times of one run on `clock` ("cpu": measured; "gpu": modeled with `costs`)."""
+    if clock == "cpu":
+        return [p["time"] for p in runs]
+    return [costs.seconds(p["generated_tokens"], p["micro_steps"]) for p in runs]
+
+
+def mean_curve(trl_runs: list[list[dict]], clock: str, costs: clocks.UnitCosts) -> tuple[list, list]:
+    """Plain TRL's (times, accuracies) on `clock`, mean over seeds point by point (its points share one grid)."""
+    length = min(map(len, trl_runs))
+    times = [clock_times(runs, clock, costs)[:length] for runs in trl_runs]
+    accuracies = [[p["accuracy"]["all"] for p in runs[:length]] for runs in trl_runs]
+    return [statistics.fmean(t) for t in zip(*times, strict=True)], [
+        statistics.fmean(a) for a in zip(*accuracies, strict=True)
+    ]
+
+
+def summarize(results: dict, budget: float, share: float = clocks.GPU_GENERATION_SHARE) -> dict:
+    """Targets (plain TRL's mean accuracy at `TARGET_FRACTIONS` of its budget) and, per configuration and clock:
+    time to each target per seed, its ratio to the time plain TRL's mean curve takes (so a TRL seed below the mean
+    does not leave the ratio undefined), their median, accuracy at TRL's full budget; work at the end."""
+    costs = calibration(results["trl"], share)
+    trl_points = len(results["trl"][0]) - 1  # evaluations after the start, on plain TRL's (CPU) grid
+    targets = {
+        str(f): statistics.fmean(runs[round(f * trl_points)]["accuracy"]["all"] for runs in results["trl"])
+        for f in clocks.TARGET_FRACTIONS
+    }
     table = {}
     for name, seeds in results.items():
-        times = [reached_at(runs, target) for runs in seeds]
-        ratios = [
-            t / base if t is not None and base else None for t, base in zip(times, trl_times, strict=True)
-        ]
-        finals = [runs[-1] for runs in seeds]
-        table[name] = {
-            "final_accuracy": [p["accuracy"]["all"] for p in finals],
-            "time_to_target": times,
-            "ratio_to_trl": ratios,
-            "median_ratio": statistics.median(ratios) if None not in ratios else None,
-            **{
-                key: statistics.median(p[key] for p in finals)
-                for key in (
-                    "generated_tokens",
-                    "generated_rows",
-                    "trained_rows",
-                    "micro_steps",
-                    "optimizer_steps",
+        row = {"final_accuracy": [runs[-1]["accuracy"]["all"] for runs in seeds]}
+        for clock in ("cpu", "gpu"):
+            trl_curve = mean_curve(results["trl"], clock, costs)
+            per_clock = {}
+            for fraction, target in targets.items():
+                theirs = clocks.reached_at(*trl_curve, target)
+                times = [
+                    clocks.reached_at(
+                        clock_times(runs, clock, costs), [p["accuracy"]["all"] for p in runs], target
+                    )
+                    for runs in seeds
+                ]
+                ratios = [clocks.time_ratio(mine, theirs) for mine in times]
+                per_clock[fraction] = {
+                    "time_to_target": times,
+                    "trl_time_to_target": theirs,
+                    "ratio_to_trl": ratios,
+                    "median_ratio": statistics.median(ratios) if None not in ratios else None,
+                }
+            at_budget = [
+                clocks.accuracy_at(
+                    clock_times(runs, clock, costs), [p["accuracy"]["all"] for p in runs], budget
                 )
-            },
-            "generation_share": statistics.median(p["generation_seconds"] / p["time"] for p in finals),
-        }
-    return {"target": round(target, 4), "configs": table}
+                for runs in seeds
+            ]
+            per_clock["accuracy_at_budget"] = at_budget
+            row[clock] = per_clock
+        finals = [runs[-1] for runs in seeds]
+        row.update(
+            {key: statistics.median(p[key] for p in finals) for key in WORK_KEYS},
+            generation_share=statistics.median(p["generation_seconds"] / p["time"] for p in finals),
+        )
+        table[name] = row
+    return {"targets": targets, "gpu_share": share, "costs": vars(costs), "configs": table}
+
+
+WORK_KEYS = ("generated_tokens", "generated_rows", "trained_rows", "micro_steps", "optimizer_steps")
 
 
 def _fmt(values, spec=".2f") -> str:
-    return " / ".join("never" if v is None else format(v, spec) for v in values)
+    return " / ".join(
+        "never" if v is None else ("inf" if v == float("inf") else format(v, spec)) for v in values
+    )
+
+
+def _mean(values) -> str:
+    known = [v for v in values if v is not None]
+    return f"{statistics.fmean(known):.3f}" if len(known) == len(values) else "n/a (a run stopped sooner)"
 
 
 def print_report(results: dict, summary: dict, header: str) -> None:
     print(header)
-    print(f"target = plain TRL's final held-out accuracy, mean over seeds: {summary['target']:.4f}")
-    trl = summary["configs"]["trl"]
+    targets = ", ".join(f"{float(f):.0%} {t:.4f}" for f, t in summary["targets"].items())
+    print(f"targets = plain TRL's mean held-out accuracy at a fraction of its budget: {targets}")
     print(
-        "| config | final accuracy (per seed) | time to target s (per seed) | ratio to TRL (per seed) | median ratio "
-        "| generated tokens | generated rows | trained rows | micro-steps | optimizer steps | generation share |"
+        f"GPU clock: generated tokens x {summary['costs']['token']:.3g} s + micro-steps x "
+        f"{summary['costs']['micro_step']:.3g} s (plain TRL's generation share {summary['gpu_share']:.0%})"
     )
-    print("|---" * 11 + "|")
-    for name, row in summary["configs"].items():
-        median = "never (some seed)" if row["median_ratio"] is None else f"**{row['median_ratio']:.2f}**"
-        work = " | ".join(
-            f"{row[k]:.0f} ({row[k] / trl[k]:.2f}×)"
-            for k in ("generated_tokens", "generated_rows", "trained_rows", "micro_steps", "optimizer_steps")
-        )
+    trl = summary["configs"]["trl"]
+    for clock in ("cpu", "gpu"):
+        print(f"\n{clock.upper()} clock: median ratio of the time to each target to plain TRL's (per seed)")
         print(
-            f"| {name} | {_fmt(row['final_accuracy'], '.3f')} | {_fmt(row['time_to_target'], '.0f')} "
-            f"| {_fmt(row['ratio_to_trl'])} | {median} | {work} | {row['generation_share']:.2f} |"
+            "| config | "
+            + " | ".join(f"to {float(f):.0%} target" for f in summary["targets"])
+            + " | accuracy at TRL's budget (mean) |"
         )
+        print("|---" * (len(summary["targets"]) + 2) + "|")
+        for name, row in summary["configs"].items():
+            cells = []
+            for fraction in summary["targets"]:
+                cell = row[clock][fraction]
+                median = (
+                    "never (some seed)" if cell["median_ratio"] is None else f"**{cell['median_ratio']:.2f}**"
+                )
+                cells.append(f"{median} ({_fmt(cell['ratio_to_trl'])})")
+            print(f"| {name} | " + " | ".join(cells) + f" | {_mean(row[clock]['accuracy_at_budget'])} |")
+    print("\nWork at the end of each run, median over seeds (ratio to plain TRL):")
+    print(
+        "| config | final accuracy (per seed) | "
+        + " | ".join(k.replace("_", " ") for k in WORK_KEYS)
+        + " | generation share (CPU) |"
+    )
+    print("|---" * (len(WORK_KEYS) + 3) + "|")
+    for name, row in summary["configs"].items():
+        work = " | ".join(f"{row[k]:.0f} ({row[k] / trl[k]:.2f}x)" for k in WORK_KEYS)
+        print(f"| {name} | {_fmt(row['final_accuracy'], '.3f')} | {work} | {row['generation_share']:.2f} |")
     print(
         "\nHeld-out accuracy at each evaluation point, mean over seeds (all-correct / all-wrong group shares since"
     )
@@ -257,9 +344,10 @@ def print_report(results: dict, summary: dict, header: str) -> None:
 
 
 def curve(seeds: list[list[dict]], key: str) -> list[float]:
-    """Per evaluation point, the mean over seeds of `key` (for "accuracy": the overall accuracy)."""
+    """Per evaluation point, the mean over seeds of `key` (for "accuracy": the overall accuracy); runs with
+    different numbers of points are cut to the shortest."""
     value = (lambda p: p["accuracy"]["all"]) if key == "accuracy" else (lambda p: p[key])
-    return [statistics.fmean(value(runs[i]) for runs in seeds) for i in range(len(seeds[0]))]
+    return [statistics.fmean(value(runs[i]) for runs in seeds) for i in range(min(map(len, seeds)))]
 
 
 def plot(results: dict, summary: dict, path: str, title: str) -> None:
@@ -268,15 +356,31 @@ def plot(results: dict, summary: dict, path: str, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for name, seeds in results.items():
-        ax.plot(curve(seeds, "time"), curve(seeds, "accuracy"), marker=".", label=name)
-    ax.axhline(summary["target"], color="grey", linestyle="--", linewidth=1, label="target (TRL final)")
-    ax.set_xlabel("training CPU seconds, one core (evaluations excluded)")
-    ax.set_ylabel("held-out accuracy (2,000 problems)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right", ncol=2)
-    ax.set_title(title, fontsize=9)
+    costs = clocks.UnitCosts(**summary["costs"])
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, clock in zip(axes, ("cpu", "gpu"), strict=True):
+        for name, seeds in results.items():
+            for i, runs in enumerate(seeds):
+                ax.plot(
+                    clock_times(runs, clock, costs),
+                    [p["accuracy"]["all"] for p in runs],
+                    marker=".",
+                    color=f"C{list(results).index(name)}",
+                    alpha=0.8,
+                    linewidth=1,
+                    label=name if i == 0 else None,
+                )
+        for target in summary["targets"].values():
+            ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_xlabel(
+            "training CPU seconds, one core"
+            if clock == "cpu"
+            else f"modeled GPU seconds ({summary['gpu_share']:.0%} generation for TRL)"
+        )
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out accuracy (2,000 problems); dashed: targets")
+    axes[0].legend(fontsize=7, loc="lower right", ncol=2)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -293,12 +397,19 @@ def measure(cli) -> tuple[str, list[int], dict]:
     unknown = set(names) - set(configs)
     if unknown:
         raise SystemExit(f"--configs: unknown {sorted(unknown)}; choose from {list(configs)}")
+    if "trl" not in names:
+        raise SystemExit(
+            "--configs must include trl: every ratio is to plain TRL, whose runs calibrate the GPU clock"
+        )
     results = {name: [] for name in names}
     seeds = [int(s) for s in cli.seed_list.split(",")] if cli.seed_list else list(range(cli.seeds))
+    others = [name for name in names if name != "trl"]
     for seed in seeds:
-        order = names[seed % len(names) :] + names[: seed % len(names)]
+        # plain TRL first: its run calibrates this seed's GPU clock, which the others' evaluations and stop follow
+        order = ["trl", *others[seed % len(others) :], *others[: seed % len(others)]] if others else ["trl"]
         for name in order:
-            results[name].append(run(name, seed, cli.budget, cli.points, configs[name], cli.per_level))
+            costs = None if name == "trl" else calibration([results["trl"][-1]], clocks.GPU_GENERATION_SHARE)
+            results[name].append(run(name, seed, cli.budget, cli.points, configs[name], cli.per_level, costs))
             last = results[name][-1][-1]
             print(
                 f"# seed {seed} {name}: {last['time']:.0f} s, accuracy {results[name][-1][0]['accuracy']['all']:.3f}"
@@ -306,24 +417,28 @@ def measure(cli) -> tuple[str, list[int], dict]:
                 flush=True,
             )
     header = (
-        f"chain task, LoRA ({RECIPE}), {cli.budget:.0f} CPU s per run on one core, {cli.points} evaluations of "
-        f"{cli.per_level * len(chain.LEVELS)} held-out problems, seeds {seeds}; preset = {configs['chain-fast']}"
+        f"chain task, LoRA ({RECIPE}), {cli.budget:.0f} s per run on one core (on both clocks), {cli.points} "
+        f"evaluations of {cli.per_level * len(chain.LEVELS)} held-out problems, seeds {seeds}; "
+        f"preset = {configs.get('chain-fast')}"
     )
     return header, seeds, results
 
 
-def merge(paths: list[str]) -> tuple[str, list[int], dict]:
-    """(header, results) of several --json files of the same settings: their seeds side by side; a later file's
+def merge(paths: list[str]) -> tuple[str, float, dict]:
+    """(header, budget, results) of several --json files of the same settings: their seeds side by side; a later file's
     runs of a (configuration, seed) replace an earlier file's (e.g. a configuration re-run after a fix)."""
     by_seed: dict[str, dict[int, list]] = {}
-    headers = []
+    headers, budgets = [], set()
     for path in paths:
         part = json.loads(Path(path).read_text())
         headers.append(part["header"])
+        budgets.add(part["budget"])
         for name, runs in part["points"].items():
             by_seed.setdefault(name, {}).update(zip(part["seeds"], runs, strict=True))
+    if len(budgets) != 1:
+        raise SystemExit(f"--merge: the files have different budgets {sorted(budgets)}")
     results = {name: [runs[seed] for seed in sorted(runs)] for name, runs in by_seed.items()}
-    return " + ".join(headers), sorted(by_seed["trl"]) if "trl" in by_seed else [], results
+    return " + ".join(headers), budgets.pop(), results
 
 
 def main() -> None:
@@ -331,8 +446,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--seed-list", default=None, help="comma-separated seeds (instead of 0..seeds-1)")
     parser.add_argument("--merge", nargs="+", default=None, help="report on the --json files of earlier runs")
-    parser.add_argument("--budget", type=float, default=300.0, help="training CPU seconds per run")
-    parser.add_argument("--points", type=int, default=6, help="evaluations after the start, evenly spaced")
+    parser.add_argument(
+        "--budget", type=float, default=300.0, help="training seconds per run, on both clocks"
+    )
+    parser.add_argument(
+        "--points", type=int, default=12, help="evaluations after the start, evenly spaced (a multiple of 4)"
+    )
     parser.add_argument("--configs", default=",".join([*CONFIGS, "chain-fast"]), help="comma-separated names")
     parser.add_argument("--core", type=int, default=0, help="the CPU core the process is pinned to")
     parser.add_argument("--plot", default=None, help="write the PNG plot here")
@@ -343,23 +462,31 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 seed, trl and chain-fast, 10 s, 2 points")
     cli = parser.parse_args()
     if cli.quick:
-        cli.seeds, cli.budget, cli.points, cli.configs, cli.per_level = 1, 10.0, 2, "trl,chain-fast", 25
+        cli.seeds, cli.budget, cli.points, cli.configs, cli.per_level = 1, 8.0, 4, "trl,chain-fast", 10
+    if cli.points % 4:
+        raise SystemExit(
+            f"--points must be a multiple of 4 (targets at 50 % and 75 % of the budget), got {cli.points}"
+        )
     if cli.merge:
-        header, seeds, results = merge(cli.merge)
+        header, budget, results = merge(cli.merge)
     else:
         header, seeds, results = measure(cli)
-        if cli.json:  # every point, before the report (which needs plain TRL's runs)
+        budget = cli.budget
+        if cli.json:  # every point, before the report
             Path(cli.json).write_text(
-                json.dumps({"header": header, "seeds": seeds, "points": results}, indent=1)
+                json.dumps({"header": header, "budget": budget, "seeds": seeds, "points": results}, indent=1)
             )
     if "trl" not in results:
-        raise SystemExit(
-            "no plain TRL runs to compare with: add trl to --configs, or --merge a file that has them"
-        )
-    summary = summarize(results)
+        raise SystemExit("no plain TRL runs to compare with: --merge a file that has them")
+    summary = summarize(results, budget)
     print_report(results, summary, header)
+    for share in clocks.SENSITIVITY_SHARES:
+        print(f"\nGPU clock at a {share:.0%} generation share for plain TRL: median ratio to each target")
+        for name, row in summarize(results, budget, share)["configs"].items():
+            cells = [f"{float(f):.0%} {_fmt([row['gpu'][f]['median_ratio']])}" for f in summary["targets"]]
+            print(f"- {name}: " + ", ".join(cells))
     if cli.merge and cli.json:
-        merged = {"header": header, "seeds": seeds, "summary": summary, "points": results}
+        merged = {"header": header, "budget": budget, "summary": summary, "points": results}
         Path(cli.json).write_text(json.dumps(merged, indent=1))
     if cli.plot:
         seeds_run = len(results["trl"])

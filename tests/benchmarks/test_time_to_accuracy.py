@@ -1,7 +1,11 @@
 """benchmarks/time_to_accuracy.py: the smoothing rule, the summary's ratios, and a short run's evaluation points."""
 
+import math
+import random
+
 import pytest
 
+from benchmarks import clocks
 from benchmarks import time_to_accuracy as tta
 
 
@@ -10,56 +14,122 @@ def points(accuracies, step=10.0):
 
 
 def test_a_crossing_counts_only_when_the_next_evaluation_holds_it():
-    assert tta.reached_at(points([0.3, 0.52, 0.48, 0.51, 0.53]), 0.5) == 30.0  # 0.52 alone is noise
-    assert tta.reached_at(points([0.3, 0.4, 0.5]), 0.5) == 20.0  # the last point counts alone
-    assert tta.reached_at(points([0.3, 0.6, 0.5]), 0.5) == 10.0  # "at or above" the target
-    assert tta.reached_at(points([0.3, 0.6, 0.4]), 0.5) is None
+    def reached(accuracies, target):
+        return clocks.reached_at([10.0 * i for i in range(len(accuracies))], accuracies, target)
+
+    assert reached([0.3, 0.52, 0.48, 0.51, 0.53], 0.5) == 30.0  # 0.52 alone is noise
+    assert reached([0.3, 0.4, 0.5], 0.5) == 20.0  # the last point counts alone
+    assert reached([0.3, 0.6, 0.5], 0.5) == 10.0  # "at or above" the target
+    assert reached([0.3, 0.6, 0.4], 0.5) is None
+    assert reached([0.6, 0.6, 0.4], 0.5) == 0.0  # reached at the start
 
 
-def naive_summary(results):
-    target = sum(runs[-1]["accuracy"]["all"] for runs in results["trl"]) / len(results["trl"])
-    ratios = {}
+def test_a_target_reached_at_the_start_is_not_never():
+    assert clocks.time_ratio(0.0, 0.0) == 1.0 and clocks.time_ratio(20.0, 0.0) == math.inf
+    assert clocks.time_ratio(0.0, 20.0) == 0.0 and clocks.time_ratio(None, 0.0) is None
+
+
+def test_the_gpu_calibration_gives_plain_trl_its_time_and_generation_share():
+    rng = random.Random(0)
+    for _ in range(100):
+        tokens, micro, seconds, share = (
+            rng.uniform(1e3, 1e6),
+            rng.randint(1, 500),
+            rng.uniform(1, 500),
+            rng.random(),
+        )
+        costs = clocks.calibrate(tokens, micro, seconds, share)
+        assert costs.seconds(tokens, micro) == pytest.approx(seconds)
+        assert costs.token * tokens / seconds == pytest.approx(share)
+    with pytest.raises(ValueError, match="share"):
+        clocks.calibrate(1.0, 1, 1.0, 1.0)
+
+
+def naive_gpu_times(run, trl_runs, share):
+    tokens = sum(r[-1]["generated_tokens"] for r in trl_runs) / len(trl_runs)
+    micro = sum(r[-1]["micro_steps"] for r in trl_runs) / len(trl_runs)
+    seconds = sum(r[-1]["time"] for r in trl_runs) / len(trl_runs)
+    return [
+        share * seconds * p["generated_tokens"] / tokens + (1 - share) * seconds * p["micro_steps"] / micro
+        for p in run
+    ]
+
+
+def naive_ratios(results, clock, fraction, share):
+    """Per config, per seed: time to plain TRL's mean accuracy at `fraction` of its budget, over the time of TRL's
+    mean curve."""
+    trl = results["trl"]
+    index = round(fraction * (len(trl[0]) - 1))
+    target = sum(r[index]["accuracy"]["all"] for r in trl) / len(trl)
+
+    def first(run):
+        times = [p["time"] for p in run] if clock == "cpu" else naive_gpu_times(run, trl, share)
+        acc = [p["accuracy"]["all"] for p in run]
+        hits = [
+            t for i, t in enumerate(times) if acc[i] >= target and (i + 1 == len(acc) or acc[i + 1] >= target)
+        ]
+        return hits[0] if hits else None
+
+    mean_run = [
+        {
+            "time": sum(r[i]["time"] for r in trl) / len(trl),
+            "accuracy": {"all": sum(r[i]["accuracy"]["all"] for r in trl) / len(trl)},
+            "generated_tokens": sum(r[i]["generated_tokens"] for r in trl) / len(trl),
+            "micro_steps": sum(r[i]["micro_steps"] for r in trl) / len(trl),
+        }
+        for i in range(len(trl[0]))
+    ]
+    theirs = first(
+        mean_run
+    )  # plain TRL's mean curve (the GPU time is linear in the counts: the mean of its times)
+    out = {}
     for name, seeds in results.items():
-        ratios[name] = []
-        for runs, base in zip(seeds, results["trl"], strict=True):
-            mine = next(
-                (p["time"] for i, p in enumerate(runs) if p["accuracy"]["all"] >= target
-                 and (i + 1 == len(runs) or runs[i + 1]["accuracy"]["all"] >= target)),
-                None,
-            )  # fmt: skip
-            theirs = next(
-                p["time"] for i, p in enumerate(base) if p["accuracy"]["all"] >= target
-                and (i + 1 == len(base) or base[i + 1]["accuracy"]["all"] >= target)
-            )  # fmt: skip
-            ratios[name].append(None if mine is None else mine / theirs)
-    return target, ratios
+        out[name] = []
+        for run in seeds:
+            mine = first(run)
+            out[name].append(
+                None if mine is None else (mine / theirs if theirs else (1.0 if mine == 0 else math.inf))
+            )
+    return out
 
 
-def test_summary_ratios_match_a_naive_computation():
-    work = {
-        "generated_tokens": 5,
-        "generated_rows": 4,
-        "trained_rows": 3,
-        "micro_steps": 2,
-        "optimizer_steps": 1,
-    }
-    work["generation_seconds"] = 1.0
+def test_summary_ratios_match_a_naive_computation_on_both_clocks():
+    rng = random.Random(1)
 
-    def run(accuracies):
-        return [{**p, **work} for p in points(accuracies)]
+    def run(accuracies, tokens_per_second):
+        return [
+            {
+                "time": 10.0 * i,
+                "accuracy": {"all": a},
+                "generated_tokens": tokens_per_second * 10 * i,
+                "generated_rows": 4 * i,
+                "trained_rows": 3 * i,
+                "micro_steps": 2 * i,
+                "optimizer_steps": i,
+                "generation_seconds": 3.0 * i + 0.1,
+            }
+            for i, a in enumerate(accuracies)
+        ]
+
+    def curve():
+        return [0.3] + sorted(rng.uniform(0.3, 0.6) for _ in range(8))
 
     results = {
-        "trl": [run([0.3, 0.4, 0.5, 0.6]), run([0.3, 0.5, 0.55, 0.6])],
-        "fast": [run([0.3, 0.6, 0.6, 0.7]), run([0.3, 0.4, 0.6, 0.65])],
-        "slow": [run([0.3, 0.3, 0.4, 0.5]), run([0.3, 0.6, 0.7, 0.7])],
+        name: [run(curve(), rate) for _ in range(3)]
+        for name, rate in (("trl", 100), ("fast", 60), ("slow", 180))
     }
-    summary = tta.summarize(results)
-    target, ratios = naive_summary(results)
-    assert summary["target"] == pytest.approx(target)
-    for name in results:
-        assert summary["configs"][name]["ratio_to_trl"] == pytest.approx(ratios[name])
-    assert summary["configs"]["fast"]["median_ratio"] == pytest.approx((1 / 3 + 2 / 3) / 2)
-    assert summary["configs"]["slow"]["median_ratio"] is None  # one seed never reaches the target
+    for share in (0.7, 0.9):
+        summary = tta.summarize(results, budget=80.0, share=share)
+        for clock in ("cpu", "gpu"):
+            for fraction in clocks.TARGET_FRACTIONS:
+                expected = naive_ratios(results, clock, fraction, share)
+                for name in results:
+                    got = summary["configs"][name][clock][str(fraction)]["ratio_to_trl"]
+                    assert got == pytest.approx(expected[name]), (share, clock, fraction, name)
+    row = tta.summarize(results, budget=80.0)["configs"]["trl"]
+    # the mean curve reaches its own final mean at the end
+    assert row["cpu"]["1.0"]["trl_time_to_target"] == 80.0
+    assert row["cpu"]["accuracy_at_budget"] == row["final_accuracy"]
 
 
 @pytest.mark.slow
@@ -74,6 +144,14 @@ def test_a_short_run_records_every_evaluation_point_and_the_work():
     assert 0 < last["generation_seconds"] < last["time"] and last["generated_tokens"] > last["generated_rows"]
     for point in recorded[1:]:
         assert 0 <= point["all_correct"] + point["all_wrong"] <= 1
+    # a GPU clock that runs 3x slower than the CPU clock: the run goes on until it too has passed the budget,
+    # evaluating at each of its grid points as well
+    per_second = last["generated_tokens"] / last["time"], last["micro_steps"] / last["time"]
+    slow_gpu = clocks.calibrate(per_second[0], per_second[1], 1 / 3, 0.9)
+    recorded = tta.run("trl", 0, budget=4.0, points=2, extra=None, per_level=5, costs=slow_gpu)
+    gpu = tta.clock_times(recorded, "gpu", slow_gpu)
+    assert gpu[-1] >= 4.0 and gpu[-2] < 4.0 and recorded[-1]["time"] >= 8.0
+    assert len(recorded) >= 4 and any(2.0 <= t < 4.0 for t in gpu)
 
 
 def test_merge_puts_seeds_side_by_side_and_a_later_file_replaces_a_configurations_runs(tmp_path):
@@ -83,14 +161,14 @@ def test_merge_puts_seeds_side_by_side_and_a_later_file_replaces_a_configuration
         runs = {"trl": [points([0.3, a]) for a in accuracies], "fast": [points([0.3, 0.1]) for _ in seeds]}
         runs = runs if name == "both" else {"fast": [points([0.3, a + 0.2]) for a in accuracies]}
         (tmp_path / f"{header}.json").write_text(
-            json.dumps({"header": header, "seeds": seeds, "points": runs})
+            json.dumps({"header": header, "budget": 10.0, "seeds": seeds, "points": runs})
         )
         return str(tmp_path / f"{header}.json")
 
     first = part("both", [0, 2], [0.4, 0.5], "a")
     second = part("both", [1], [0.45], "b")
     rerun = part("fast only", [2, 0, 1], [0.1, 0.2, 0.3], "c")
-    header, seeds, results = tta.merge([first, second, rerun])
-    assert header == "a + b + c" and seeds == [0, 1, 2]
+    header, budget, results = tta.merge([first, second, rerun])
+    assert header == "a + b + c" and budget == 10.0
     assert [runs[-1]["accuracy"]["all"] for runs in results["trl"]] == [0.4, 0.45, 0.5]
     assert [runs[-1]["accuracy"]["all"] for runs in results["fast"]] == pytest.approx([0.4, 0.5, 0.3])

@@ -1,0 +1,68 @@
+"""Time to accuracy on two clocks: the measured CPU clock and a GPU clock modeled from the counted work. Pure.
+
+The GPU model prices a run's counted work with two per-unit costs:
+
+    gpu_seconds = c_token * generated_tokens + c_micro * micro_steps
+
+calibrated on plain TRL so that its modeled time equals its measured CPU time and a share `share` of it is
+generation: c_token = share * T / tokens_trl, c_micro = (1 - share) * T / micro_steps_trl (T, tokens_trl,
+micro_steps_trl: plain TRL's totals, mean over seeds). The default share 0.90 is the H100 measurement of
+../shared/DESIGN.md (Qwen2.5-0.5B, bf16, 64 rows x 256 tokens, HF generate: 6.4 s of a 7.1 s GRPO step is
+generation). An optimizer step is priced as part of its micro-steps (a LoRA update is small next to a forward
+and backward on a GPU), and a generated token costs the same whatever the batch it is in (the conservative
+choice for a change that skips rows: with latency-bound HF generate a smaller batch saves less).
+
+Reached (the smoothing rule of docs/time-to-accuracy.md): the first evaluation whose accuracy and the next one's
+are both >= the target (the last evaluation counts alone).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+GPU_GENERATION_SHARE = 0.90  # plain TRL's generation share of a GPU step (DESIGN.md, H100)
+SENSITIVITY_SHARES = (0.70, 0.95)  # the shares the report also prices every run at
+TARGET_FRACTIONS = (0.5, 0.75, 1.0)  # targets: plain TRL's mean accuracy at these fractions of its budget
+
+
+@dataclass(frozen=True)
+class UnitCosts:
+    """Modeled GPU seconds per generated token and per training micro-step."""
+
+    token: float
+    micro_step: float
+
+    def seconds(self, generated_tokens: float, micro_steps: float) -> float:
+        return self.token * generated_tokens + self.micro_step * micro_steps
+
+
+def calibrate(generated_tokens: float, micro_steps: float, seconds: float, share: float) -> UnitCosts:
+    """Unit costs under which a run that generated `generated_tokens` and ran `micro_steps` costs `seconds`,
+    `share` of them generating (0 < share < 1)."""
+    if not 0 < share < 1:
+        raise ValueError(f"share must lie in (0, 1), got {share!r}")
+    return UnitCosts(share * seconds / generated_tokens, (1 - share) * seconds / micro_steps)
+
+
+def reached_at(times: list[float], accuracies: list[float], target: float) -> float | None:
+    """Time of the first evaluation at or above `target` whose next one is too (the last: alone); None if never."""
+    for i, value in enumerate(accuracies):
+        if value >= target and (i == len(accuracies) - 1 or accuracies[i + 1] >= target):
+            return times[i]
+    return None
+
+
+def time_ratio(mine: float | None, base: float | None) -> float | None:
+    """A run's time to a target over plain TRL's: None if the run never reaches it; when plain TRL reaches it at
+    the start (time 0), 1.0 if the run does too, else infinity (slower than an instant)."""
+    if mine is None or base is None:
+        return None
+    if base == 0:
+        return 1.0 if mine == 0 else math.inf
+    return mine / base
+
+
+def accuracy_at(times: list[float], accuracies: list[float], budget: float) -> float | None:
+    """Accuracy of the evaluation that closes `budget`: the first at or past it (None if the run stopped sooner)."""
+    return next((a for t, a in zip(times, accuracies, strict=True) if t >= budget), None)
