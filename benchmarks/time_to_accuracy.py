@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
@@ -40,6 +39,7 @@ from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.algos.advantages import ALL_MAX, ALL_MIN, zero_signal_kinds
 from grpo_hub.tasks import chain
 from grpo_hub.tasks.chain_model import chain_model_path
+from grpo_hub.training.config_files import read_config
 
 RECIPE = "recipes/configs/chain.yaml"
 PRESET = "recipes/configs/chain-fast.yaml"
@@ -51,6 +51,13 @@ CONFIGS = {
     "dynamic": {"dynamic_sampling": True},
     "selective": {"selective_rollout": True},
     "selective+dynamic": {"selective_rollout": True, "dynamic_sampling": True},
+    # the ablation of the bounded revisit: GRESO's probabilistic rule alone
+    "selective-unbounded": {"selective_rollout": True, "selective_rollout_revisit_after": None},
+    "selective-unbounded+dynamic": {
+        "selective_rollout": True,
+        "selective_rollout_revisit_after": None,
+        "dynamic_sampling": True,
+    },
 }  # + "chain-fast": the recommended preset, read from its YAML
 LORA_KEYS = {"lora_r": "r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout"}
 STEP_FREE_SCHEDULES = ("constant", "constant_with_warmup")  # schedules a time budget leaves unchanged
@@ -59,7 +66,7 @@ RECIPE_ONLY = {"task", "use_peft", "lora_target_modules", "logging_steps", "outp
 
 def recipe_settings(path: str) -> tuple[dict, LoraConfig]:
     """(GRPOConfig fields, LoRA config) of a recipe YAML; the recipe's own keys are left out."""
-    settings = yaml.safe_load(Path(path).read_text())
+    settings = read_config(path)
     lora = LoraConfig(
         task_type="CAUSAL_LM",
         target_modules=settings.get("lora_target_modules", "all-linear"),
