@@ -23,6 +23,7 @@ accuracy per level before -> after and the mean all-correct / all-wrong group sh
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import sys
@@ -50,7 +51,7 @@ from grpo_hub.tasks import (
     get_reward_funcs,
     load_task_dataset,
 )
-from grpo_hub.training.console import quiet_upstream_warnings, use_compact_progress
+from grpo_hub.training.console import plain_upstream_bars, quiet_upstream_warnings, use_compact_progress
 
 logger = logging.getLogger(__name__)
 SUMMARY_FILE = "run_summary.json"
@@ -114,19 +115,71 @@ def task_defaults(task: str) -> tuple[dict, str]:
     return RECOMMENDED_TINY_CONFIG, "outputs/grpo-tiny"
 
 
+def fail(message: str):
+    """Exit with argparse's status 2 after one line on stderr: no traceback, no usage screen (it lists every field)."""
+    sys.stderr.write(f"grpo.py: error: {message}\n")
+    raise SystemExit(2)
+
+
+def unknown_name(kind: str, name: str, known: list[str]) -> str:
+    """'unknown flag --learnig_rate (did you mean --learning_rate?)': the closest known name, when one is close."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"unknown {kind} {name}" + (f" (did you mean {close[0]}?)" if close else "")
+
+
+def read_config(path: str) -> dict:
+    """The `--config` YAML as a mapping; a missing, unreadable or non-mapping file is a one-line error."""
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f)
+    except OSError as error:
+        fail(f"--config {path}: {error.strerror}")
+    except yaml.YAMLError as error:
+        fail(f"--config {path}: not valid YAML ({' '.join(str(error).split())})")
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        fail(f"--config {path}: must be a mapping of field names to values, got {type(config).__name__}")
+    return config
+
+
 def requested_task(argv: list[str]) -> str:
     """The task named by `--task`, else by the `--config` YAML, else `DEFAULT_TASK` (read before parsing, so
     the parser's defaults can be that task's)."""
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--task")
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
     if known.task:
         return known.task
     if known.config:
-        with open(known.config) as f:
-            return (yaml.safe_load(f) or {}).get("task", DEFAULT_TASK)
+        return read_config(known.config).get("task", DEFAULT_TASK)
     return DEFAULT_TASK
+
+
+class RecipeParser(TrlParser):
+    """TrlParser that refuses prefixes of flags (`allow_abbrev=False`) and answers an unknown flag or YAML key, and
+    any argparse error, with one line naming it (exit status 2) instead of a traceback or the usage screen."""
+
+    def __init__(self, dataclass_types):
+        super().__init__(dataclass_types, allow_abbrev=False)
+
+    def error(self, message: str):
+        fail(message)
+
+    def parse_args_and_config(self, args=None, **kwargs):
+        args = list(sys.argv[1:] if args is None else args)
+        flags = sorted(flag for action in self._actions for flag in action.option_strings)
+        for token in args:
+            flag = token.split("=", 1)[0]
+            if flag.startswith("--") and flag not in ("--", "--config") and flag not in flags:
+                fail(unknown_name("flag", flag, flags))
+        if "--config" in args:
+            keys = sorted(action.dest for action in self._actions if action.option_strings)
+            for key in read_config(args[args.index("--config") + 1]):
+                if key != "env" and key not in keys:
+                    fail(f"{unknown_name('key', key, keys)} in --config {args[args.index('--config') + 1]}")
+        return super().parse_args_and_config(args, **kwargs)
 
 
 def recipe_defaults(task: str, has_cuda: bool) -> dict:
@@ -150,8 +203,8 @@ def recipe_defaults(task: str, has_cuda: bool) -> dict:
 
 
 def make_parser(argv: list[str] | None = None) -> TrlParser:
-    """TrlParser over (RecipeArguments, GRPOHubConfig, ModelConfig) with the defaults of the task `argv` names."""
-    parser = TrlParser((RecipeArguments, GRPOHubConfig, ModelConfig))
+    """RecipeParser over (RecipeArguments, GRPOHubConfig, ModelConfig) with the defaults of the task `argv` names."""
+    parser = RecipeParser((RecipeArguments, GRPOHubConfig, ModelConfig))
     task = requested_task(sys.argv[1:] if argv is None else argv)
     parser.set_defaults(**recipe_defaults(task, torch.cuda.is_available()))
     return parser
@@ -315,5 +368,9 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
 
 if __name__ == "__main__":
     quiet_upstream_warnings()
+    if (
+        not sys.stdout.isatty()
+    ):  # a log file: one line per step and no tqdm redraws (grpo_hub.training.console)
+        plain_upstream_bars()
     recipe_args, training_args, model_args = make_parser().parse_args_and_config()
     main(recipe_args, training_args, model_args)

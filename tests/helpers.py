@@ -60,3 +60,13 @@ def half_signal_reward(prompts, completions, completion_ids, **kwargs):
         0.0 if p.startswith("Stay") else (sum(ids) % 7) / 7
         for p, ids in zip(prompts, completion_ids, strict=True)
     ]
+
+
+def scored_batch(trainer, seed: int = 0) -> dict:
+    """One generation batch (2 prompts x num_generations) scored by `trainer` in training mode; the same `seed`
+    gives the same completions."""
+    dataset = trainer.train_dataset
+    inputs = [dataset[i] for i in range(2) for _ in range(trainer.num_generations)]
+    torch.manual_seed(seed)
+    trainer.model.train()
+    return trainer._generate_and_score_completions(inputs)

@@ -1,10 +1,13 @@
 """Row dropping for zero-signal filtering: keep some rows of TRL's scored batch, pad to an agreed count.
 
-TRL's `_prepare_inputs` splits the batch returned by `_generate_and_score_completions` into
-`steps_per_generation` micro-batches with a floor division, and every rank must run every micro-step.
-So each rank keeps its signal rows, all ranks agree on one row count (the max kept, rounded up to a
-multiple of `steps_per_generation`, at least one row per micro-step), and short ranks are padded with
-rows whose loss mask and advantage are zero. Completion columns that only pad rows used are trimmed.
+TRL's `_prepare_inputs` shuffles the batch returned by `_generate_and_score_completions` and splits it into
+`steps_per_generation` micro-batches with a floor division, and every rank must run every micro-step with the
+same row count (TRL all-gathers per-row metrics). Zero-signal filtering drops rows from each micro-batch AFTER
+that shuffle and split (`micro_step_row_counts`), so every kept row trains in the optimizer step it trains in
+under TRL and the shuffle draws a permutation of TRL's row count. Dynamic sampling selects groups from several
+rounds before the split (`agreed_row_count`: the max kept, rounded up to a multiple of `steps_per_generation`).
+Short ranks are padded with rows whose loss mask and advantage are zero. Completion columns that only pad rows
+used are trimmed.
 Packing the kept rows into fewer micro-steps is planned in `grpo_hub.algos.packing`. Pure torch; the cross-rank
 max / all-gather is done by the caller.
 """
@@ -32,6 +35,17 @@ def agreed_row_count(max_kept: int, steps_per_generation: int) -> int:
     """Rows every rank trains: max kept over ranks, rounded up to a multiple of steps, >= steps."""
     steps = steps_per_generation
     return max(math.ceil(max_kept / steps), 1) * steps
+
+
+def micro_step_row_counts(kept: torch.Tensor) -> torch.Tensor:
+    """Rows every rank trains in each micro-step: (S,) from the (P, S) kept-row counts of P ranks' S micro-batches.
+
+    Per micro-step, the max kept over ranks, at least 1 (every rank runs every micro-step with the same row count;
+    an all-filtered micro-batch trains one zero-loss pad row). grpo_hub's own rule (docs/filtering.md).
+    """
+    if kept.ndim != 2:
+        raise ValueError(f"kept must be (ranks, micro-steps), got shape {tuple(kept.shape)}")
+    return kept.max(dim=0).values.clamp(min=1)
 
 
 def _trimmed_length(mask: torch.Tensor, multiple: int | None) -> int:

@@ -10,6 +10,11 @@ import math
 
 import torch
 
+from grpo_hub.algos.filtering import COMPLETION_KEYS
+
+PROMPT_KEYS = ("prompt_ids", "prompt_mask")  # left-padded
+COLUMN_FILL = {"tool_mask": 1, "importance_sampling_ratio": 1.0}  # others pad with 0 (masked out)
+
 
 def cycle_segments(
     steps_per_generation: int, num_iterations: int, accumulation_steps: int, window_position: int
@@ -73,12 +78,27 @@ def packed_rows(num_rows: int, chunk: int, chunks: int) -> torch.Tensor:
     return torch.tensor_split(torch.arange(num_rows), chunks)[chunk]
 
 
+def _same_width(key: str, values: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Prompt columns left-padded, completion columns right-padded to the widest micro-batch (masks 0 there)."""
+    if values[0].ndim < 2 or (key not in PROMPT_KEYS and key not in COMPLETION_KEYS):
+        return values
+    width = max(v.shape[1] for v in values)
+    out = []
+    for v in values:
+        pad = v.new_full((v.shape[0], width - v.shape[1], *v.shape[2:]), COLUMN_FILL.get(key, 0))
+        out.append(torch.cat([pad, v] if key in PROMPT_KEYS else [v, pad], dim=1))
+    return out
+
+
 def concat_micro_batches(batches: list[dict]) -> dict:
-    """Concatenate micro-batches of one generation batch along rows; other values come from the first."""
+    """Concatenate micro-batches of one generation batch along rows; other values come from the first.
+
+    Micro-batches trimmed to different widths (zero-signal rows are dropped from each one) are padded to the
+    widest first: prompts on the left, completions on the right, with masked-out columns."""
     first = batches[0]
-    num_rows = first["prompt_ids"].shape[0]
     out = {}
     for key, value in first.items():
-        row_aligned = isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == num_rows
-        out[key] = torch.cat([b[key] for b in batches]) if row_aligned else value
+        row_aligned = isinstance(value, torch.Tensor) and value.ndim >= 1
+        row_aligned = row_aligned and all(b[key].shape[0] == b["prompt_ids"].shape[0] for b in batches)
+        out[key] = torch.cat(_same_width(key, [b[key] for b in batches])) if row_aligned else value
     return out

@@ -1,17 +1,21 @@
 """A quiet console for training runs: one compact progress line per logged step, upstream noise filtered.
 
 `use_compact_progress(trainer)` swaps the Trainer's `ProgressCallback` (which prints every metric dict,
-~1,200 characters a step for GRPO) for `CompactProgress`, which prints `progress_line`: step, mean reward
-(± std), KL when logged, the share of zero-signal groups and the step time. `quiet_upstream_warnings()`
+~1,200 characters a step for GRPO) for one that prints `progress_line`: step, mean reward (± std), KL when
+logged, the share of zero-signal groups and the step time. On a terminal that is `CompactProgress` (tqdm's bar
+with the lines above it); when stdout is not a terminal (a log file, CI, nohup, a cluster job) it is
+`LineProgress`, plain lines and no bar, since tqdm's carriage-return redraws would land inside the lines
+(`plain_upstream_bars` turns off the bars transformers and datasets draw, e.g. while loading weights). `quiet_upstream_warnings()`
 hides the FutureWarnings transformers raises about its own renamed internals (gradient_checkpointing ->
 activation_checkpointing, triggered by TRL, not by the user); warnings about the user's own settings stay.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 
-from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_callback import ProgressCallback, TrainerCallback
 
 # transformers' own deprecations of its internals ("`x` is deprecated and will be removed in v6. Use `y`"),
 # raised from inside transformers when TRL calls the old names; nothing in the user's config triggers them.
@@ -45,10 +49,35 @@ class CompactProgress(ProgressCallback):
                 self.training_bar.write(line)
 
 
-def use_compact_progress(trainer) -> None:
-    """Replace `trainer`'s ProgressCallback with CompactProgress (no-op when the progress bar is disabled)."""
+class LineProgress(TrainerCallback):
+    """`progress_line` printed on its own line (flushed) at every logged step, with no progress bar."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            line = progress_line(state.global_step, state.max_steps, logs)
+            if line is not None:
+                print(line, flush=True)
+
+
+def use_compact_progress(trainer, interactive: bool | None = None) -> None:
+    """Replace `trainer`'s ProgressCallback (no-op when the progress bar is disabled) with CompactProgress when
+    `interactive` (default: stdout is a terminal), else with LineProgress."""
+    if interactive is None:
+        interactive = sys.stdout.isatty()
     if trainer.pop_callback(ProgressCallback) is not None:
-        trainer.add_callback(CompactProgress)
+        trainer.add_callback(CompactProgress if interactive else LineProgress)
+
+
+def plain_upstream_bars() -> None:
+    """Turn off the tqdm bars of transformers (weight loading), datasets and huggingface_hub; for a stdout that is not
+    a terminal."""
+    import datasets
+    import huggingface_hub
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    huggingface_hub.utils.disable_progress_bars()
 
 
 def quiet_upstream_warnings() -> None:

@@ -227,6 +227,17 @@ def match_trained_dtypes(model, trained: str, ref: str = REF_ADAPTER) -> int:
     return cast
 
 
+def rng_left_alone(model):
+    """Context in which random draws do not advance the global CPU / CUDA generators of `model`'s devices.
+
+    Building the "ref" adapter draws its (immediately overwritten) initial values; without this, every later
+    completion of a run with `ref_adapter_keep` or a refresh schedule differed from TRL's before the reference
+    had changed anything (issue 32).
+    """
+    cuda = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+    return torch.random.fork_rng(devices=cuda)
+
+
 def add_reference_adapter(model, ref: str = REF_ADAPTER) -> bool:
     """Ensure `model` (a PeftModel) holds a frozen adapter `ref` equal to the trained adapter.
 
@@ -240,7 +251,9 @@ def add_reference_adapter(model, ref: str = REF_ADAPTER) -> bool:
     if added:
         ref_config = copy.deepcopy(model.peft_config[trained])
         ref_config.inference_mode = True
-        model.add_adapter(ref, ref_config)  # PEFT keeps the active adapter and its trainable flags
+        # PEFT draws the new adapter's initial values (replaced by the copy below) without touching the RNG
+        with rng_left_alone(model):
+            model.add_adapter(ref, ref_config)  # PEFT keeps the active adapter and its trainable flags
         match_trained_dtypes(model, trained, ref)
     freeze_reference_adapter(model, ref)
     paired_parameters(model, trained, ref)

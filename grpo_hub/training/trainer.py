@@ -7,8 +7,9 @@ Order of calls in TRL 1.16 / transformers for one generation batch (full account
    `_generate_and_score_completions` (dynamic sampling: several rounds, `_score_round` each) ->
    `_generate` -> old / reference log-probs, vLLM IS ratio -> `_calculate_rewards` (reward clip / norm, gathered
    over ranks) -> TRL's advantages and metrics -> our edits (`training.scored_batch`: advantages, geometric IS,
-   logs; zero-signal rows dropped, counts recorded) -> TRL shuffles, splits into steps_per_generation micro-batches
-   and buffers them; each micro-step takes buffer[_step % steps_per_generation] (packing: re-packed or skipped).
+   logs; zero-signal rows marked) -> TRL shuffles, splits into steps_per_generation micro-batches and buffers
+   them -> our `_prepare_filtered` drops the marked rows of each buffered micro-batch (counts recorded); each
+   micro-step takes buffer[_step % steps_per_generation] (packing: re-packed or skipped).
 3. transformers' `training_step` -> `compute_loss` -> `_compute_loss` (TRL's loss rescaled to the normaliser of
    `algos.normalizer`, or `training.own_loss`) -> backward; TRL then advances `_step`. The optimizer steps after
    the micro-step with `sync_gradients`.
@@ -216,9 +217,9 @@ class GRPOHubTrainer(GRPOTrainer):
             output = self._dynamic_sampler.collect(inputs)  # refill rounds, then the filter over all of them
         else:
             output, zero = self._score_round(inputs)
-            if self.model.training and self.args.filter_zero_signal:
+            if self.model.training and self.args.filter_zero_signal:  # dropped after TRL's shuffle and split
                 rank = self.accelerator.process_index
-                output = self._drop_rows(output, ~zero[rank * len(inputs) : (rank + 1) * len(inputs)])
+                output[scored_batch.SIGNAL_ROWS] = ~zero[rank * len(inputs) : (rank + 1) * len(inputs)]
         if self.model.training and self._selector is not None:
             self._selector.end_step()  # GRESO adapts its exploration once per optimizer step
         return output
@@ -289,7 +290,8 @@ class GRPOHubTrainer(GRPOTrainer):
             return forward(batch_size=self.args.per_device_train_batch_size)[0]
 
     def _drop_rows(self, output: dict, keep: torch.Tensor) -> dict:
-        """Keep this rank's signal rows, padded to the row count all ranks agree on (`scored_batch.drop_rows`)."""
+        """Dynamic sampling: keep this rank's selected rows, padded to the row count all ranks agree on
+        (`scored_batch.drop_rows`)."""
         return scored_batch.drop_rows(
             output,
             keep,
@@ -317,14 +319,34 @@ class GRPOHubTrainer(GRPOTrainer):
         )
 
     def _prepare_inputs(self, generation_batch):
-        if self._packer is None or not self.model.training:
+        if not (self.model.training and self.args.filter_zero_signal):
             return super()._prepare_inputs(generation_batch)
+        if self._packer is None:
+            return self._prepare_filtered(generation_batch)
         if self._packer.take_ready(generation_batch):  # already packed by training_step
             return generation_batch
-        trl_prepare = super()._prepare_inputs
         return self._packer.next_micro_batch(
-            lambda: trl_prepare(generation_batch), lambda: self._buffered_inputs, lambda: self._step
+            lambda: self._prepare_filtered(generation_batch),
+            lambda: self._buffered_inputs,
+            lambda: self._step,
         )
+
+    def _prepare_filtered(self, generation_batch):
+        """TRL's micro-batch; when TRL has just shuffled, split and buffered a new generation batch, the zero-signal
+        rows of each buffered micro-batch are dropped first (`scored_batch.drop_micro_batch_rows`)."""
+        before = self._buffered_inputs
+        inputs = super()._prepare_inputs(generation_batch)
+        if self._buffered_inputs is before or scored_batch.SIGNAL_ROWS not in inputs:
+            return inputs  # the same buffer, or dynamic sampling's batch (its rows were selected before the split)
+        position = next(i for i, batch in enumerate(self._buffered_inputs) if batch is inputs)
+        self._buffered_inputs = scored_batch.drop_micro_batch_rows(
+            self._buffered_inputs,
+            gather=self.accelerator.gather,
+            num_processes=self.accelerator.num_processes,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            metrics=self._metrics["train"],
+        )
+        return self._buffered_inputs[position]  # the micro-batch TRL picked, without its zero-signal rows
 
     # --- seam 3: the loss ---
     def _compute_loss(self, model, inputs):

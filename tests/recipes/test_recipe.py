@@ -83,6 +83,12 @@ def test_default_run_learns_the_chain_task_and_saves_the_adapter(tmp_path):
 def test_digits_task_by_flag_learns_with_the_tiny_settings(tmp_path):
     summary, out = launch(tmp_path, "--task", "digits")
     assert summary["task"] == "digits" and summary["steps"] == 30 and len(summary["rewards"]) == 30
+    # stdout is a pipe: one plain line per step, no progress-bar redraws (issue 32)
+    console = (tmp_path / "console.log").read_text()
+    assert "\r" not in console
+    assert [line.split()[1] for line in console.splitlines() if line.startswith("step ")] == [
+        f"{step}/30" for step in range(1, 31)
+    ]
     assert summary["reward_last"] > summary["reward_first"] + 0.3, summary
     assert "heldout_before" not in summary and (out / "adapter_model.safetensors").is_file()
 
@@ -256,3 +262,52 @@ def test_reward_trend_windows(recipe):
     assert recipe.reward_trend([0.5]) == (0.5, 0.5)
     with pytest.raises(ValueError, match="logging_steps"):
         recipe.reward_trend([])
+
+
+@pytest.mark.parametrize(
+    ("argv", "yaml_text", "expected"),
+    [
+        (["--learnig_rate", "1e-3"], None, "unknown flag --learnig_rate (did you mean --learning_rate?)"),
+        (["--max_step", "3"], None, "unknown flag --max_step (did you mean --max_steps?)"),  # no prefixes
+        (["--task=digits", "--zzzz", "1"], None, "unknown flag --zzzz"),
+        (
+            [],
+            "task: digits\nlearnig_rate: 0.1\n",
+            "unknown key learnig_rate (did you mean learning_rate?) in",
+        ),
+        (["--max_steps", "many"], None, "argument --max_steps/--max-steps: invalid int value: 'many'"),
+    ],
+    ids=["flag", "prefix", "no-close-match", "yaml-key", "bad-value"],
+)
+def test_a_typo_costs_one_line(recipe, capsys, tmp_path, argv, yaml_text, expected):
+    if yaml_text is not None:
+        (tmp_path / "c.yaml").write_text(yaml_text)
+        argv = [*argv, "--config", str(tmp_path / "c.yaml")]
+    with pytest.raises(SystemExit) as exit_info:
+        parse(recipe, *argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("grpo.py: error: ") and expected in err, err
+
+
+def test_a_missing_config_file_is_one_line(recipe, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        parse(recipe, "--config", str(tmp_path / "nope.yaml"))
+    assert exit_info.value.code == 2
+    assert (
+        capsys.readouterr().err
+        == f"grpo.py: error: --config {tmp_path / 'nope.yaml'}: No such file or directory\n"
+    )
+
+
+def test_unknown_flag_from_the_command_line_has_no_traceback(tmp_path):
+    """The script itself (not the parser in-process): one line on stderr, status 2."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(RECIPE), "--learnig_rate", "1e-3"],
+        cwd=tmp_path, env=launch_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower() or "Traceback" in line]
+    assert errors == ["grpo.py: error: unknown flag --learnig_rate (did you mean --learning_rate?)"]

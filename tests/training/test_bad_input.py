@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset, IterableDataset
-from trl import GRPOConfig, GRPOTrainer
 
 from grpo_hub.training.input_checks import (
     check_batch_prompts,
@@ -17,7 +16,6 @@ from grpo_hub.training.input_checks import (
 )
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import make_trainer, tiny_config
-from tests.training.test_equivalence import scored_batch
 
 PROMPTS = [f"Write only digits: {i}" for i in range(8)]
 
@@ -296,27 +294,3 @@ def test_malformed_reward_output_fails_naming_the_function(tmp_path, tiny_model_
     after = _snapshot(trainer)
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert trainer.reward_funcs == [shaped_reward]  # the user's functions, not the checking wrappers
-
-
-def test_array_tensor_and_async_rewards_score_as_in_plain_trl(tmp_path, tiny_model_dir):
-    def array_reward(completion_ids, **kwargs):
-        return np.array([float(sum(ids) % 5) for ids in completion_ids])
-
-    def tensor_reward(completion_ids, **kwargs):
-        return torch.tensor(
-            [float(len(ids) % 3) if i % 3 else math.nan for i, ids in enumerate(completion_ids)]
-        )
-
-    async def async_reward(completion_ids, **kwargs):
-        return [float(ids[0] % 2) if i % 4 else None for i, ids in enumerate(completion_ids)]
-
-    funcs = [array_reward, tensor_reward, async_reward]
-    data = Dataset.from_dict({"prompt": PROMPTS})
-    plain = make_trainer(GRPOTrainer, tiny_model_dir, tiny_config(tmp_path, GRPOConfig), funcs, data)
-    hub = make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path), funcs, data)
-    plain_batch, hub_batch = scored_batch(plain), scored_batch(hub)
-    assert torch.equal(plain_batch["advantages"], hub_batch["advantages"])
-    for name in ("array_reward", "tensor_reward", "async_reward"):
-        assert (
-            plain._metrics["train"][f"rewards/{name}/mean"] == hub._metrics["train"][f"rewards/{name}/mean"]
-        )

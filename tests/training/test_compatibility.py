@@ -179,24 +179,6 @@ def test_packed_equals_unpacked_with(tmp_path, tiny_model_dir, name):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ALL_NORMALISER)
-def test_filtering_with_the_all_normaliser_equals_no_filtering_with(tmp_path, tiny_model_dir, name):
-    example = {
-        **SWITCHES[name].example,
-        "learning_rate": 0.0,
-        "max_steps": 1,
-        "gradient_accumulation_steps": 2,
-    }
-    plain = run_probed(tmp_path, tiny_model_dir, **example)
-    filtered = run_probed(
-        tmp_path, tiny_model_dir, filter_zero_signal=True, zero_signal_normalizer="all", **example
-    )
-    assert plain.grads and all(g.abs().sum() > 0 for g in plain.grads)
-    for a, b in zip(filtered.grads, plain.grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
-
-
 def test_an_invalid_value_next_to_any_switch_is_a_value_error():
     """Resolution runs before validation: an invalid value must still end in the ValueError that names it,
     never in a KeyError or TypeError from a resolution step, whatever switch is on beside it."""

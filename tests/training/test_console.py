@@ -4,10 +4,26 @@ import warnings
 
 from grpo_hub.training.console import (
     CompactProgress,
+    LineProgress,
     progress_line,
     quiet_upstream_warnings,
     use_compact_progress,
 )
+
+
+class Trainer:
+    """The two Trainer methods use_compact_progress calls, over a real CallbackHandler with TRL's ProgressCallback."""
+
+    def __init__(self):
+        from transformers.trainer_callback import CallbackHandler, ProgressCallback
+
+        self.callback_handler = CallbackHandler([ProgressCallback()], None, None, None, None)
+
+    def pop_callback(self, callback):
+        return self.callback_handler.pop_callback(callback)
+
+    def add_callback(self, callback):
+        self.callback_handler.add_callback(callback)
 
 
 def test_progress_line_names_reward_kl_zero_signal_and_step_time():
@@ -26,20 +42,9 @@ def test_progress_line_names_reward_kl_zero_signal_and_step_time():
 
 def test_compact_progress_replaces_the_trainer_progress_callback(tmp_path):
     from transformers import TrainerCallback
-    from transformers.trainer_callback import CallbackHandler, ProgressCallback
-
-    class Trainer:  # the two Trainer methods use_compact_progress calls, over a real CallbackHandler
-        def __init__(self):
-            self.callback_handler = CallbackHandler([ProgressCallback()], None, None, None, None)
-
-        def pop_callback(self, callback):
-            return self.callback_handler.pop_callback(callback)
-
-        def add_callback(self, callback):
-            self.callback_handler.add_callback(callback)
 
     trainer = Trainer()
-    use_compact_progress(trainer)
+    use_compact_progress(trainer, interactive=True)
     kinds = [type(c) for c in trainer.callback_handler.callbacks]
     assert kinds == [CompactProgress] and issubclass(CompactProgress, TrainerCallback)
 
@@ -55,3 +60,20 @@ def test_only_transformers_own_renames_are_hidden():
         warnings.warn_explicit(upstream, FutureWarning, "recipe.py", 1, module="user_code")
         warnings.warn_explicit("`beta` is odd", UserWarning, "training_args.py", 1, module="transformers.x")
     assert [str(w.message)[:14] for w in seen] == ["`gradient_chec", "`beta` is odd"]
+
+
+def test_without_a_terminal_the_progress_is_plain_lines(capsys):
+    from transformers import TrainerControl, TrainerState
+
+    trainer = Trainer()
+    use_compact_progress(trainer, interactive=False)
+    (callback,) = trainer.callback_handler.callbacks
+    assert isinstance(callback, LineProgress)
+    state = TrainerState(global_step=2, max_steps=3)
+    callback.on_train_begin(None, state, TrainerControl())
+    callback.on_log(None, state, TrainerControl(), logs={"reward": 0.5, "step_time": 0.25})
+    callback.on_log(None, state, TrainerControl(), logs={"train_runtime": 1.0})
+    assert capsys.readouterr().out == "step 2/3  reward 0.500  0.25 s/step\n"
+    interactive = Trainer()
+    use_compact_progress(interactive, interactive=True)
+    assert [type(c) for c in interactive.callback_handler.callbacks] == [CompactProgress]

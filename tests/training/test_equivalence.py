@@ -1,24 +1,162 @@
-"""GRPOHubTrainer against plain TRL on the same batch, and the seams' edits checked against the pure functions."""
+"""The equivalence suite: every promise that grpo_hub equals plain TRL, stated once and checked here.
 
+Promises (README.md, docs/variants.md, docs/filtering.md, docs/reference-adapter.md, docs/selective-rollout.md,
+docs/validation.md):
+
+- DEFAULTS: with every new field at its default, GRPOHubTrainer gives TRL's batch, loss and gradient bit for
+  bit, so training ends at TRL's weights bit for bit.
+- MAPPED: the options documented as TRL's own (GSPO, CISPO with its preset cap, dual_clip_c -> delta) give TRL's
+  loss and gradient bit for bit; the own loss path configured to TRL's normalisers gives them to float rounding.
+- FILTER_ALL: `filter_zero_signal` with `zero_signal_normalizer="all"`, packed or not, trains like TRL without
+  filtering: every kept row trains in the optimizer step TRL gives it, the randomness drawn does not depend on
+  the rows dropped, and the weights agree to float summation order (dropped rows would have contributed 0).
+- NEUTRAL_UNTIL_IT_ACTS: a reference adapter kept or refreshed on a schedule that has not fired yet, and
+  selective rollout before it has learned anything, change nothing: TRL bit for bit.
+- REWARDS_READ_AS_TRL: list, array, tensor and async reward outputs, with None/NaN, score as in TRL.
+
+The training promises are checked on a grid of batch layouts: steps_per_generation {1, 2, 4} x
+gradient_accumulation_steps {1, 2, 3} x num_iterations {1, 2} x one or two reward functions x LoRA or full
+fine-tuning. GRID's 9 layouts hold every pair of those values (a pairwise covering array; the full product is 72
+layouts); each trains two generation cycles or more, with plain SGD, and the weights are compared at the end
+(tests/training/equivalence_runs.py). On 2 gloo ranks (TWO_RANK_GRID, one launch) rank 1 drops every row.
+"""
+
+import math
+
+import numpy as np
 import pytest
 import torch
+from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.training.trainer import GRPOHubTrainer
-from grpo_hub.training.vllm_runtime import geometric_is_ratio
-from tests.helpers import make_trainer, tiny_config
+from tests.helpers import make_trainer, scored_batch, tiny_config
+from tests.training.equivalence_runs import Layout, logged_rewards, train, trained_weights
+from tests.training.test_compatibility import ALL_NORMALISER, SWITCHES
+from tests.training.test_packing import run as run_probed
+
+# (steps_per_generation, gradient_accumulation_steps, num_iterations, reward functions, LoRA)
+GRID = [
+    Layout(*values)
+    for values in [
+        (1, 1, 1, 1, False),
+        (1, 2, 2, 2, True),
+        (1, 3, 1, 2, True),
+        (2, 1, 2, 2, False),
+        (2, 2, 1, 1, True),
+        (2, 3, 2, 1, False),
+        (4, 1, 1, 2, True),
+        (4, 2, 2, 1, False),
+        (4, 3, 1, 1, False),
+    ]
+]
+FAST = {
+    "S4-GA2-it2-r1-full"
+}  # issue 32's layout (steps_per_generation > accumulation) runs in the quick suite
+TWO_RANK_GRID = [Layout(4, 2, 1, 2, False), Layout(2, 3, 2, 1, True), Layout(1, 2, 2, 2, False)]
+
+FILTER_ALL = {"filter_zero_signal": True, "zero_signal_normalizer": "all"}
+FILTER_VARIANTS = {"packed": FILTER_ALL, "thin": {**FILTER_ALL, "zero_signal_pack": False}}
+REFERENCE_BETA = {"beta": 0.1}  # a reference adapter needs a KL term
+REFERENCE_VARIANTS = {
+    "keep": {"ref_adapter_keep": True},
+    "refresh-not-due": {"ref_adapter_sync_on": "steps", "ref_adapter_sync_steps": 1000},
+}
+# float summation order only: dropped rows change the shapes the kept rows are computed in
+FILTER_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
 
-def scored_batch(trainer, seed=0):
-    """One generation batch scored by `trainer` (same RNG seed = same completions)."""
-    dataset = trainer.train_dataset
-    inputs = [dataset[i] for i in range(2) for _ in range(trainer.num_generations)]
-    torch.manual_seed(seed)
-    trainer.model.train()
-    return trainer._generate_and_score_completions(inputs)
+def grid_params(layouts):
+    return [
+        pytest.param(layout, id=layout.name, marks=() if layout.name in FAST else pytest.mark.slow)
+        for layout in layouts
+    ]
 
 
+@pytest.fixture(scope="module")
+def trl_runs(tmp_path_factory, tiny_model_dir):
+    """Plain TRL's (weights, rewards) per (layout, settings), trained once for the module."""
+    cache = {}
+
+    def run(layout: Layout, settings: dict) -> tuple[torch.Tensor, list[float]]:
+        key = (layout, tuple(sorted(settings.items())))
+        if key not in cache:
+            trainer = train("trl", layout, settings, tmp_path_factory.mktemp("trl"), tiny_model_dir)
+            cache[key] = trained_weights(trainer), logged_rewards(trainer)
+        return cache[key]
+
+    return run
+
+
+def hub_run(tmp_path, model_dir, layout, settings):
+    trainer = train("hub", layout, settings, tmp_path, model_dir)
+    return trainer, trained_weights(trainer), logged_rewards(trainer)
+
+
+# --- DEFAULTS ---
+@pytest.mark.parametrize("layout", grid_params(GRID))
+def test_defaults_train_like_trl(tmp_path, tiny_model_dir, trl_runs, layout):
+    weights, rewards = trl_runs(layout, {})
+    _, hub_weights, hub_rewards = hub_run(tmp_path, tiny_model_dir, layout, {})
+    assert len(rewards) >= 2, "the run must span more than one generation batch"
+    assert torch.equal(hub_weights, weights)
+    assert hub_rewards == rewards
+
+
+# --- FILTER_ALL ---
+@pytest.mark.parametrize("variant", FILTER_VARIANTS)
+@pytest.mark.parametrize("layout", grid_params(GRID))
+def test_filtering_with_the_all_normaliser_trains_like_trl(
+    tmp_path, tiny_model_dir, trl_runs, layout, variant
+):
+    weights, rewards = trl_runs(layout, {})
+    trainer, hub_weights, hub_rewards = hub_run(tmp_path, tiny_model_dir, layout, FILTER_VARIANTS[variant])
+    dropped = [e["zero_signal/frac_rows_dropped"] for e in trainer.state.log_history if "reward" in e]
+    assert dropped and all(share >= 0.5 for share in dropped), "the data must give filtering rows to drop"
+    assert hub_rewards == rewards  # the same completions in every generation batch: the same random draws
+    torch.testing.assert_close(hub_weights, weights, **FILTER_TOLERANCE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL_NORMALISER)
+def test_filtering_with_the_all_normaliser_equals_no_filtering_with(tmp_path, tiny_model_dir, name):
+    """FILTER_ALL beside every feature that allows it: the gradient of grpo_hub without filtering, same feature."""
+    example = {
+        **SWITCHES[name].example,
+        "learning_rate": 0.0,
+        "max_steps": 1,
+        "gradient_accumulation_steps": 2,
+    }
+    plain = run_probed(tmp_path, tiny_model_dir, **example)
+    filtered = run_probed(tmp_path, tiny_model_dir, **FILTER_ALL, **example)
+    assert plain.grads and all(g.abs().sum() > 0 for g in plain.grads)
+    for a, b in zip(filtered.grads, plain.grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+# --- NEUTRAL_UNTIL_IT_ACTS ---
+@pytest.mark.parametrize("variant", REFERENCE_VARIANTS)
+@pytest.mark.parametrize("layout", grid_params([layout for layout in GRID if layout.peft]))
+def test_reference_adapter_changes_nothing_until_it_acts(tmp_path, tiny_model_dir, trl_runs, layout, variant):
+    """A fresh LoRA's "ref" copy is the base model, TRL's reference: before a refresh nothing may differ (issue 32:
+    building the adapter drew from the global RNG, so every completion differed)."""
+    weights, rewards = trl_runs(layout, REFERENCE_BETA)
+    settings = {**REFERENCE_BETA, **REFERENCE_VARIANTS[variant]}
+    trainer, hub_weights, hub_rewards = hub_run(tmp_path, tiny_model_dir, layout, settings)
+    assert "ref" in trainer.model.peft_config
+    assert torch.equal(hub_weights, weights)
+    assert hub_rewards == rewards
+
+
+def test_selective_rollout_before_it_has_learned_gives_trls_batch(tmp_path, tiny_model_dir):
+    plain = make_trainer(GRPOTrainer, tiny_model_dir, tiny_config(tmp_path, GRPOConfig))
+    hub = make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path, selective_rollout=True))
+    plain_batch, hub_batch = scored_batch(plain), scored_batch(hub)
+    for key, value in plain_batch.items():
+        assert torch.equal(value, hub_batch[key]), key
+
+
+# --- DEFAULTS and MAPPED on one batch: the loss and gradient of each TRL loss ---
 def vary_lengths(batch):
     """Cut row i after 1 + i % 8 tokens, so that token-mean and sequence-mean normalisers differ."""
     mask = batch["completion_mask"].clone()
@@ -71,157 +209,57 @@ def test_matches_plain_trl_on_the_same_batch(tmp_path, tiny_model_dir, trl_kwarg
             assert torch.equal(ours, theirs)
 
 
-def _reward(values):
-    def fixed_reward(prompts, completions, **kwargs):
-        return values[: len(completions)]
+# --- REWARDS_READ_AS_TRL ---
+def test_array_tensor_and_async_rewards_score_as_in_plain_trl(tmp_path, tiny_model_dir):
+    def array_reward(completion_ids, **kwargs):
+        return np.array([float(sum(ids) % 5) for ids in completion_ids])
 
-    return fixed_reward
-
-
-def test_reward_transforms_feed_the_advantages(tmp_path, tiny_model_dir):
-    raw = [0.0, 5.0, -5.0, 1.0, 2.0, 2.5, 3.0, -1.0]
-    trainer = make_trainer(
-        GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path, reward_clip=2.0), reward_funcs=[_reward(raw)]
-    )
-    batch = scored_batch(trainer)
-    clipped = torch.tensor(raw).clamp(-2.0, 2.0)
-    assert torch.equal(batch["advantages"], adv_fns.group_advantages(clipped, 4))
-    assert trainer._metrics["train"]["reward_raw"] == [pytest.approx(sum(raw) / 8)]
-
-
-def test_running_reward_norm_updates_only_in_training(tmp_path, tiny_model_dir):
-    trainer = make_trainer(
-        GRPOHubTrainer,
-        tiny_model_dir,
-        tiny_config(tmp_path, reward_norm="running"),
-        reward_funcs=[_reward([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])],
-    )
-    scored_batch(trainer)
-    assert trainer._reward_transform.moments[0].count == 8
-    trainer.model.eval()
-    inputs = [trainer.train_dataset[i] for i in range(8)]
-    trainer._calculate_rewards(inputs, [x["prompt"] for x in inputs], ["a"] * 8, [[1]] * 8)
-    assert trainer._reward_transform.moments[0].count == 8
-
-
-@pytest.mark.parametrize(
-    "options",
-    [
-        {"adv_norm": "no_baseline"},
-        {"whiten_advantages": True},
-        {"adv_clip_range": 0.5},
-        {"adv_norm": "mean_only"},
-    ],
-)
-def test_advantage_options(tmp_path, tiny_model_dir, options):
-    raw = [0.0, 5.0, -5.0, 1.0, 2.0, 2.5, 3.0, -1.0]
-    trainer = make_trainer(
-        GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path, **options), reward_funcs=[_reward(raw)]
-    )
-    advantages = scored_batch(trainer)["advantages"]
-    rewards = torch.tensor(raw)
-    expected = {
-        "adv_norm": {
-            "no_baseline": rewards,
-            "mean_only": adv_fns.group_advantages(rewards, 4, norm="mean_only"),
-        },
-        "whiten_advantages": {True: adv_fns.whiten(adv_fns.group_advantages(rewards, 4))},
-        "adv_clip_range": {0.5: adv_fns.group_advantages(rewards, 4).clamp(-0.5, 0.5)},
-    }
-    ((name, value),) = options.items()
-    torch.testing.assert_close(advantages, expected[name][value])
-    assert not torch.equal(advantages, adv_fns.group_advantages(rewards, 4))
-
-
-def test_token_level_kl_enters_the_reward(tmp_path, tiny_model_dir):
-    raw = [0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]
-    coef = 0.5
-    config = tiny_config(tmp_path, beta=0.1, token_level_kl_coef=coef)
-    trainer = make_trainer(GRPOHubTrainer, tiny_model_dir, config, reward_funcs=[_reward(raw)])
-    with torch.no_grad():  # perturb the policy so that it differs from the reference model
-        for p in trainer.model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    batch = scored_batch(trainer)
-    policy_logps = trainer._score_logps(batch, use_reference=False)
-    kl = ((policy_logps - batch["ref_per_token_logps"]) * batch["completion_mask"]).sum(1)
-    assert kl.abs().min() > 1e-3
-    expected = adv_fns.group_advantages(torch.tensor(raw) - coef * kl, 4)
-    torch.testing.assert_close(batch["advantages"], expected)
-    # the second group has constant task reward: only the KL term gives it a signal
-    assert batch["advantages"][4:].abs().max() > 0.1
-
-
-def test_token_level_kl_without_reference_is_rejected(tmp_path, tiny_model_dir):
-    with pytest.raises(ValueError, match="`token_level_kl_coef`"):
-        make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path, token_level_kl_coef=0.1))
-
-
-def test_turn_level_without_multi_turn_is_rejected(tmp_path, tiny_model_dir):
-    with pytest.raises(ValueError, match="`importance_sampling_level`"):
-        make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path, importance_sampling_level="turn"))
-
-
-def test_geometric_vllm_is_ratio_with_fake_sampler_logprobs():
-    trainer_logps = -torch.rand(4, 6)
-    sampler_logps = trainer_logps - torch.tensor([[0.1], [-0.1], [1.0], [0.0]])
-    # tokens vLLM could not score: ratio 1, and left out of the geometric mean's token count
-    sampler_logps[0, 1] = sampler_logps[1, 5] = sampler_logps[3, 2] = float("nan")
-    mask = torch.ones(4, 6, dtype=torch.long)
-    mask[0, 3:] = 0
-    output = {
-        "completion_mask": mask,
-        "old_per_token_logps": trainer_logps,
-        "sampling_per_token_logps": sampler_logps,
-    }
-    weights = geometric_is_ratio(output, "sequence_truncate", 0.5, 1.5)  # what use_vllm=True would configure
-    # geometric mean of token ratios = exp(mean log-ratio over the scored tokens only), independent of the
-    # length and of unscored tokens; then truncated
-    expected = torch.tensor([[0.1], [-0.1], [1.0], [0.0]]).exp().clamp(0.5, 1.5)
-    torch.testing.assert_close(weights, expected)
-    diluted = torch.tensor([[0.2 / 3], [-0.5 / 6]]).exp()  # NaN tokens counted in the mean's denominator
-    assert not torch.allclose(weights[:2], diluted)
-    product = torch.exp(torch.tensor([[0.2], [-0.5], [6.0], [0.0]])).clamp(0.5, 1.5)  # TRL's pooling
-    assert not torch.allclose(weights, product)
-
-
-def _rollout(prompts, trainer):
-    """Stand-in multi-turn rollout function (never called: the test scores a hand-made batch)."""
-    raise AssertionError("not expected to generate")
-
-
-def _turn_level_grads(trainer, inputs):
-    trainer.current_gradient_accumulation_steps = 1
-    trainer.model.zero_grad()
-    trainer.compute_loss(trainer.model, inputs).backward()
-    return torch.cat([p.grad.reshape(-1) for p in trainer.model.parameters() if p.grad is not None])
-
-
-def test_turn_level_ratio_pools_per_assistant_turn(tmp_path, tiny_model_dir):
-    levels = {}
-    for level in ("turn", "sequence", "token"):
-        args = tiny_config(tmp_path, loss_type="grpo", epsilon=0.05, importance_sampling_level=level)
-        levels[level] = make_trainer(GRPOHubTrainer, tiny_model_dir, args, rollout_func=_rollout)
-    torch.manual_seed(0)
-    batch = {
-        "prompt_ids": torch.randint(3, 500, (4, 5)),
-        "prompt_mask": torch.ones(4, 5, dtype=torch.long),
-        "completion_ids": torch.randint(3, 500, (4, 8)),
-        "completion_mask": torch.ones(4, 8, dtype=torch.long),
-        "advantages": torch.tensor([1.0, -1.0, 0.5, -0.5]),
-        "num_items_in_batch": torch.tensor(32),
-    }
-    with torch.no_grad():
-        logps, _, _ = levels["token"]._get_per_token_logps_and_entropies(
-            levels["token"].model,
-            torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1),
-            torch.ones(4, 13, dtype=torch.long),
-            8,
+    def tensor_reward(completion_ids, **kwargs):
+        return torch.tensor(
+            [float(len(ids) % 3) if i % 3 else math.nan for i, ids in enumerate(completion_ids)]
         )
-    batch["old_per_token_logps"] = logps + 0.2 * torch.randn_like(logps)  # off-policy: ratios != 1
-    one_turn = {**batch, "tool_mask": torch.ones(4, 8, dtype=torch.long)}
-    two_turns = {**batch, "tool_mask": torch.tensor([[1, 1, 1, 0, 0, 1, 1, 1]] * 4)}
-    turn_one = _turn_level_grads(levels["turn"], one_turn)
-    torch.testing.assert_close(turn_one, _turn_level_grads(levels["sequence"], one_turn))
-    turn_two = _turn_level_grads(levels["turn"], two_turns)
-    assert not torch.allclose(turn_two, _turn_level_grads(levels["sequence"], two_turns), atol=1e-6)
-    assert not torch.allclose(turn_two, _turn_level_grads(levels["token"], two_turns), atol=1e-6)
+
+    async def async_reward(completion_ids, **kwargs):
+        return [float(ids[0] % 2) if i % 4 else None for i, ids in enumerate(completion_ids)]
+
+    funcs = [array_reward, tensor_reward, async_reward]
+    data = Dataset.from_dict({"prompt": [f"Write only digits: {i}" for i in range(8)]})
+    plain = make_trainer(GRPOTrainer, tiny_model_dir, tiny_config(tmp_path, GRPOConfig), funcs, data)
+    hub = make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path), funcs, data)
+    plain_batch, hub_batch = scored_batch(plain), scored_batch(hub)
+    assert torch.equal(plain_batch["advantages"], hub_batch["advantages"])
+    for name in ("array_reward", "tensor_reward", "async_reward"):
+        assert (
+            plain._metrics["train"][f"rewards/{name}/mean"] == hub._metrics["train"][f"rewards/{name}/mean"]
+        )
+
+
+# --- 2 gloo ranks ---
+@pytest.fixture(scope="module")
+def two_rank_runs():
+    """{(layout name, variant): per-rank results} of every TWO_RANK_GRID run, trained in one 2-rank launch."""
+    from tests.training.distributed.equivalence_worker import run_grid
+
+    return run_grid(TWO_RANK_GRID, {"trl": None, "defaults": {}, **FILTER_VARIANTS})
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", TWO_RANK_GRID, ids=lambda layout: layout.name)
+def test_two_ranks_train_like_trl(two_rank_runs, layout):
+    """DEFAULTS and FILTER_ALL on 2 ranks, rank 1 dropping every row of every generation batch (it trains pad rows
+    only, padded to rank 0's count in each micro-step)."""
+    trl = two_rank_runs[layout.name, "trl"]
+    for rank in trl:
+        assert rank["world_size"] == 2 and rank["backend"] == "gloo"
+    assert len(trl[0]["rewards"]) >= 2
+    assert torch.equal(trl[0]["weights"], trl[1]["weights"])
+    defaults = two_rank_runs[layout.name, "defaults"]
+    assert torch.equal(defaults[0]["weights"], trl[0]["weights"])
+    assert defaults[0]["rewards"] == trl[0]["rewards"]
+    for variant in FILTER_VARIANTS:
+        filtered = two_rank_runs[layout.name, variant]
+        assert all(share >= 0.75 for share in filtered[0]["frac_rows_dropped"]), "rank 1 must drop every row"
+        assert filtered[0]["rewards"] == trl[0]["rewards"]
+        torch.testing.assert_close(filtered[0]["weights"], trl[0]["weights"], **FILTER_TOLERANCE)
+        assert torch.equal(filtered[0]["weights"], filtered[1]["weights"])

@@ -1,10 +1,15 @@
-"""Zero-signal filtering: dropped rows get no training forward, the gradient is kept, nothing breaks."""
+"""Zero-signal filtering: dropped rows get no training forward, rows are dropped after TRL's split, nothing breaks.
+
+That the "all" normaliser gives TRL's training is a promise of tests/training/test_equivalence.py."""
+
+from collections import defaultdict
 
 import pytest
 import torch
 from trl.trainer.utils import split_tensor_dict
 
-from grpo_hub.algos.filtering import agreed_row_count, keep_rows
+from grpo_hub.algos.filtering import agreed_row_count, keep_rows, micro_step_row_counts
+from grpo_hub.training.scored_batch import SIGNAL_ROWS, drop_micro_batch_rows
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer, tiny_config
 
@@ -70,57 +75,71 @@ def test_filter_metrics(tmp_path, tiny_model_dir):
     assert [h["zero_signal/frac_rows_dropped"] for h in logs] == [0.5, 0.5]
 
 
-def window_grads(trainer, batch):
-    """Gradient of one accumulation window: the batch split into micro-batches the way TRL splits it."""
+def micro_batches(trainer) -> list[dict]:
+    """One scored generation batch split the way TRL splits it (no shuffle), zero-signal rows dropped per
+    micro-batch as the trainer drops them after TRL's split."""
+    inputs = [trainer.train_dataset[i] for i in range(4) for _ in range(trainer.num_generations)]
+    torch.manual_seed(0)
+    trainer.model.train()
+    batches = split_tensor_dict(
+        trainer._generate_and_score_completions(inputs), trainer.args.steps_per_generation
+    )
+    if SIGNAL_ROWS not in batches[0]:
+        return batches
+    return drop_micro_batch_rows(
+        batches, gather=lambda t: t, num_processes=1, pad_to_multiple_of=None, metrics=defaultdict(list)
+    )
+
+
+def window_grads(trainer, batches):
+    """Gradient of one accumulation window over the micro-batches."""
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
     trainer.model.zero_grad()
-    for micro in split_tensor_dict(batch, trainer.args.steps_per_generation):
+    for micro in batches:
         trainer.compute_loss(trainer.model, micro).backward()
     return torch.cat([p.grad.reshape(-1) for p in trainer.model.parameters() if p.grad is not None])
 
 
-def scored(trainer):
+def test_rows_are_dropped_after_trls_split_and_marked_before(tmp_path, tiny_model_dir):
+    trainer = half_signal_trainer(tmp_path, tiny_model_dir, filter_zero_signal=True)
     inputs = [trainer.train_dataset[i] for i in range(4) for _ in range(trainer.num_generations)]
-    torch.manual_seed(0)
     trainer.model.train()
-    return trainer._generate_and_score_completions(inputs)
-
-
-@pytest.mark.parametrize(
-    "loss",
-    [
-        {"loss_type": "dapo"},
-        {"loss_type": "grpo"},
-        {"loss_type": "dr_grpo"},
-        {"loss_type": "cispo"},
-        {"loss_type": "gspo"},
-        {"loss_type": "grpo", "loss_agg_mode": "seq-mean-token-mean"},
-        {"loss_type": "dapo", "loss_agg_mode": "token-mean"},
-        {"loss_type": "grpo", "loss_agg_mode": "seq-mean-token-sum-norm"},
-    ],
-    ids=str,
-)
-def test_filtering_keeps_the_gradient_with_the_all_normaliser(tmp_path, tiny_model_dir, loss):
-    off = half_signal_trainer(tmp_path, tiny_model_dir, **loss)
-    on = half_signal_trainer(
-        tmp_path, tiny_model_dir, filter_zero_signal=True, zero_signal_normalizer="all", **loss
+    scored = trainer._generate_and_score_completions(inputs)
+    # every row reaches TRL's shuffle (same permutation size, same RNG draws as TRL), marked by group signal
+    assert scored["prompt_ids"].shape[0] == 16
+    assert scored[SIGNAL_ROWS].tolist() == [True] * 4 + [False] * 4 + [True] * 4 + [False] * 4
+    metrics = defaultdict(list)
+    mixed = {**scored, SIGNAL_ROWS: torch.tensor([True, False] * 4 + [False] * 8)}  # 4 kept, then none
+    out = drop_micro_batch_rows(
+        split_tensor_dict(mixed, 2),
+        gather=lambda t: t,
+        num_processes=1,
+        pad_to_multiple_of=None,
+        metrics=metrics,
     )
-    batch_off, batch_on = scored(off), scored(on)
-    assert batch_off["advantages"][4:8].abs().max() == 0  # "Stay quiet" group: exactly zero advantage
-    assert batch_on["prompt_ids"].shape[0] == 8 and batch_off["prompt_ids"].shape[0] == 16
-    grads_off, grads_on = window_grads(off, batch_off), window_grads(on, batch_on)
-    assert grads_off.abs().sum() > 0
-    torch.testing.assert_close(grads_on, grads_off, rtol=1e-4, atol=1e-5)
+    assert [b["prompt_ids"].shape[0] for b in out] == [4, 1]  # the second trains one zero-loss pad row
+    assert out[1]["completion_mask"].sum() == 0 and SIGNAL_ROWS not in out[0]
+    assert out[0]["advantages"].tolist() == scored["advantages"][[0, 2, 4, 6]].tolist()
+    assert int(out[0]["num_items_in_batch"]) == int(scored["completion_mask"][[0, 2, 4, 6]].sum())
+    assert [float(out[1][k]) for k in ("kept_rows", "all_rows")] == [4.0, 16.0]
+    assert metrics["zero_signal/rows_padded"] == [1.0] and metrics["zero_signal/frac_rows_dropped"] == [0.75]
+
+
+def test_micro_step_row_counts():
+    kept = torch.tensor([[3, 0, 2], [1, 0, 4]])  # 2 ranks x 3 micro-steps
+    assert micro_step_row_counts(kept).tolist() == [3, 1, 4]
+    with pytest.raises(ValueError, match="ranks, micro-steps"):
+        micro_step_row_counts(torch.tensor([1, 2]))
 
 
 @pytest.mark.parametrize("loss", [{"loss_type": "dapo"}, {"loss_type": "grpo"}], ids=str)
 def test_kept_normaliser_renormalises_over_surviving_rows(tmp_path, tiny_model_dir, loss):
     off = half_signal_trainer(tmp_path, tiny_model_dir, **loss)
     on = half_signal_trainer(tmp_path, tiny_model_dir, filter_zero_signal=True, **loss)
-    batch_off, batch_on = scored(off), scored(on)
+    batch_off, batch_on = micro_batches(off), micro_batches(on)
     grads_off, grads_on = window_grads(off, batch_off), window_grads(on, batch_on)
     if loss["loss_type"] == "dapo":  # token mean over the kept tokens instead of all tokens
-        factor = batch_off["num_items_in_batch"] / batch_on["num_items_in_batch"]
+        factor = batch_off[0]["num_items_in_batch"] / batch_on[0]["num_items_in_batch"]
     else:  # sequence mean over the 8 kept rows instead of all 16
         factor = 2.0
     assert factor > 1

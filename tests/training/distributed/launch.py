@@ -121,12 +121,19 @@ def run_accelerate(
         return _rank_results(Path(result_dir), output)
 
 
-def run_accelerate_runs(config: str, script: str, runs: dict[str, list[str]], timeout: float = 600) -> dict:
+def run_accelerate_runs(
+    config: str, script: str, runs: dict[str, list[str]], timeout: float = 600, keep=None
+) -> dict:
     """One launch of a worker that trains several runs one after the other (`--runs`, as grpo_worker.py does):
-    {run name: {"ranks": [...], **rank0}} from `<result-dir>/<name>/rank<k>.json`. Arguments as run_accelerate."""
+    {run name: {"ranks": [...], **rank0}} from `<result-dir>/<name>/rank<k>.json`. Arguments as run_accelerate;
+    `keep(run folder, ranks)`, when given, reads what else a run wrote before the folder is deleted."""
     with tempfile.TemporaryDirectory(prefix="grpo_hub_dist_") as result_dir:
         output = _launch(config, script, ["--runs", json.dumps(runs), "--result-dir", result_dir], timeout)
-        return {name: _rank_results(Path(result_dir) / name, output) for name in runs}
+        results = {name: _rank_results(Path(result_dir) / name, output) for name in runs}
+        for name, result in results.items():
+            if keep is not None:
+                keep(Path(result_dir) / name, result["ranks"])
+        return results
 
 
 def _launch(config: str, script: str, args: list[str], timeout: float) -> str:

@@ -3,11 +3,10 @@ full batches, only zero-signal prompts skipped, off = TRL, resume = uninterrupte
 
 import pytest
 import torch
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import make_trainer, tiny_config
-from tests.training.test_equivalence import scored_batch
 
 from .graded import graded_dataset, graded_reward
 
@@ -77,14 +76,6 @@ def _discarded(trainer, indices) -> set[int]:
     """Prompts read but never decided (left over in the last batch read for a step)."""
     decided = {_index_of(trainer, p) for p, _ in trainer._selector.decisions}
     return set(indices) - decided
-
-
-def test_with_selective_rollout_on_and_nothing_learned_yet_the_batch_equals_trl(tmp_path, tiny_model_dir):
-    plain = make_trainer(GRPOTrainer, tiny_model_dir, tiny_config(tmp_path, GRPOConfig))
-    hub = make_trainer(GRPOHubTrainer, tiny_model_dir, tiny_config(tmp_path, selective_rollout=True))
-    plain_batch, hub_batch = scored_batch(plain), scored_batch(hub)
-    for key, value in plain_batch.items():
-        assert torch.equal(value, hub_batch[key]), key
 
 
 def test_resumed_run_takes_the_uninterrupted_runs_skip_decisions(tmp_path, tiny_model_dir):
