@@ -26,6 +26,7 @@ import argparse
 import difflib
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from grpo_hub.tasks import (
     get_reward_funcs,
     load_task_dataset,
 )
+from grpo_hub.training import config_files
 from grpo_hub.training.console import plain_upstream_bars, quiet_upstream_warnings, use_compact_progress
 
 logger = logging.getLogger(__name__)
@@ -128,19 +130,16 @@ def unknown_name(kind: str, name: str, known: list[str]) -> str:
 
 
 def read_config(path: str) -> dict:
-    """The `--config` YAML as a mapping; a missing, unreadable or non-mapping file is a one-line error."""
+    """The `--config` YAML as a mapping, merged over the parent it names (`base:`, see
+    `grpo_hub.training.config_files`); a missing, unreadable or non-mapping file is a one-line error."""
     try:
-        with open(path) as f:
-            config = yaml.safe_load(f)
+        return config_files.read_config(path)
     except OSError as error:
         fail(f"--config {path}: {error.strerror}")
     except yaml.YAMLError as error:
         fail(f"--config {path}: not valid YAML ({' '.join(str(error).split())})")
-    if config is None:
-        return {}
-    if not isinstance(config, dict):
-        fail(f"--config {path}: must be a mapping of field names to values, got {type(config).__name__}")
-    return config
+    except ValueError as error:
+        fail(f"--config {path}: {error}")
 
 
 def requested_task(argv: list[str]) -> str:
@@ -174,11 +173,17 @@ class RecipeParser(TrlParser):
             flag = token.split("=", 1)[0]
             if flag.startswith("--") and flag not in ("--", "--config") and flag not in flags:
                 fail(unknown_name("flag", flag, flags))
-        if "--config" in args:
+        if "--config" in args:  # read here (TrlParser would not follow `base:`), then parsed as TRL does
+            at = args.index("--config")
+            path = args[at + 1]
+            config = read_config(path)
             keys = sorted(action.dest for action in self._actions if action.option_strings)
-            for key in read_config(args[args.index("--config") + 1]):
+            for key in config:
                 if key != "env" and key not in keys:
-                    fail(f"{unknown_name('key', key, keys)} in --config {args[args.index('--config') + 1]}")
+                    fail(f"{unknown_name('key', key, keys)} in --config {path}")
+            os.environ.update({key: str(value) for key, value in config.pop("env", {}).items()})
+            self.set_defaults_with_config(**config)
+            args = args[:at] + args[at + 2 :]
         return super().parse_args_and_config(args, **kwargs)
 
 
