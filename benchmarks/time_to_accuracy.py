@@ -41,7 +41,7 @@ from grpo_hub.tasks import chain
 from grpo_hub.tasks.chain_model import chain_model_path
 from grpo_hub.training.config_files import read_config
 
-RECIPE = "recipes/configs/chain.yaml"
+RECIPE = "recipes/configs/chain-full.yaml"
 PRESET = "recipes/configs/chain-fast.yaml"
 CONFIGS = {
     "trl": None,
@@ -64,9 +64,12 @@ STEP_FREE_SCHEDULES = ("constant", "constant_with_warmup")  # schedules a time b
 RECIPE_ONLY = {"task", "use_peft", "lora_target_modules", "logging_steps", "output_dir"}
 
 
-def recipe_settings(path: str) -> tuple[dict, LoraConfig]:
-    """(GRPOConfig fields, LoRA config) of a recipe YAML; the recipe's own keys are left out."""
+def recipe_settings(path: str) -> tuple[dict, LoraConfig | None]:
+    """(GRPOConfig fields, LoRA config or None for full fine-tuning) of a recipe YAML (its `base:` followed); the
+    recipe's own keys are left out."""
     settings = read_config(path)
+    if not settings.get("use_peft", False):
+        return {k: v for k, v in settings.items() if k not in RECIPE_ONLY and k not in LORA_KEYS}, None
     lora = LoraConfig(
         task_type="CAUSAL_LM",
         target_modules=settings.get("lora_target_modules", "all-linear"),
@@ -424,7 +427,7 @@ def measure(cli) -> tuple[str, list[int], dict]:
                 flush=True,
             )
     header = (
-        f"chain task, LoRA ({RECIPE}), {cli.budget:.0f} s per run on one core (on both clocks), {cli.points} "
+        f"chain task ({RECIPE}), {cli.budget:.0f} s per run on one core (on both clocks), {cli.points} "
         f"evaluations of {cli.per_level * len(chain.LEVELS)} held-out problems, seeds {seeds}; "
         f"preset = {configs.get('chain-fast')}"
     )
