@@ -21,7 +21,9 @@ CHAIN_FAST = {
 CHAIN_CONFIGS = (
     "chain",
     "chain-fast",
-)  # the main job and the recommended preset (benchmarks/time_to_accuracy.py)
+    "chain-full",
+)  # the main job, the recommended preset and the time-to-accuracy testbed (benchmarks/time_to_accuracy.py)
+FULL_FINE_TUNING = ("arithmetic-full", "chain-full")
 ALL_CONFIGS = (*CPU_CONFIGS, *ARITHMETIC_CONFIGS, *CHAIN_CONFIGS, "vllm-colocate", "qwen2.5-0.5b-math")
 
 
@@ -141,7 +143,7 @@ def test_vllm_colocate_config_runs_in_the_vllm_env(tmp_path):
 @pytest.mark.parametrize("name", ALL_CONFIGS)
 def test_every_config_parses(recipe, name):
     recipe_args, training_args, model_args = parse(recipe, "--config", str(CONFIGS / f"{name}.yaml"))
-    assert model_args.use_peft == (name != "arithmetic-full") and training_args.output_dir.startswith(
+    assert model_args.use_peft == (name not in FULL_FINE_TUNING) and training_args.output_dir.startswith(
         "outputs/"
     )
     expected = {
@@ -154,6 +156,7 @@ def test_every_config_parses(recipe, name):
         "arithmetic": {"num_generations": 8, "max_completion_length": 8},
         "arithmetic-full": {"num_generations": 8, "max_completion_length": 8},
         "chain": {"num_generations": 8, "max_completion_length": 48, "learning_rate": 1e-3},
+        "chain-full": {"max_completion_length": 48, "learning_rate": 1e-4, "lr_scheduler_type": "constant"},
         "chain-fast": {**CHAIN_FAST, "max_completion_length": 48},
     }.get(name, {"loss_type": "dapo", "learning_rate": 3e-2})
     assert {k: getattr(training_args, k) for k in expected} == expected
