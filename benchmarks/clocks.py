@@ -63,6 +63,6 @@ def time_ratio(mine: float | None, base: float | None) -> float | None:
     return mine / base
 
 
-def accuracy_at(times: list[float], accuracies: list[float], budget: float) -> float | None:
-    """Accuracy of the evaluation that closes `budget`: the first at or past it (None if the run stopped sooner)."""
-    return next((a for t, a in zip(times, accuracies, strict=True) if t >= budget), None)
+def accuracy_at(times: list[float], accuracies: list[float], budget: float) -> float:
+    """Accuracy of the evaluation closest to `budget` (the first of two equally close)."""
+    return min(zip(times, accuracies, strict=True), key=lambda pair: abs(pair[0] - budget))[1]

@@ -22,7 +22,6 @@ On the 2-core VM the seeds can run as two such processes, one per core (`--seed-
 import argparse
 import json
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from benchmarks import clocks
+from benchmarks.accuracy_summary import calibration, plot, print_report, print_sensitivity, summarize
 from benchmarks.common import QUIET_CPU_RUN
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.algos.advantages import ALL_MAX, ALL_MIN, zero_signal_kinds
@@ -221,180 +221,6 @@ def run(
     return meter.points
 
 
-def calibration(trl_runs: list[list[dict]], share: float) -> clocks.UnitCosts:
-    """GPU unit costs from plain TRL's totals at the end of its runs, mean over seeds."""
-    finals = [runs[-1] for runs in trl_runs]
-    mean = {k: statistics.fmean(p[k] for p in finals) for k in ("generated_tokens", "micro_steps", "time")}
-    return clocks.calibrate(mean["generated_tokens"], mean["micro_steps"], mean["time"], share)
-
-
-def clock_times(runs: list[dict], clock: str, costs: clocks.UnitCosts) -> list[float]:
-    """The evaluation times of one run on `clock` ("cpu": measured; "gpu": modeled with `costs`)."""
-    if clock == "cpu":
-        return [p["time"] for p in runs]
-    return [costs.seconds(p["generated_tokens"], p["micro_steps"]) for p in runs]
-
-
-def mean_curve(trl_runs: list[list[dict]], clock: str, costs: clocks.UnitCosts) -> tuple[list, list]:
-    """Plain TRL's (times, accuracies) on `clock`, mean over seeds point by point (its points share one grid)."""
-    length = min(map(len, trl_runs))
-    times = [clock_times(runs, clock, costs)[:length] for runs in trl_runs]
-    accuracies = [[p["accuracy"]["all"] for p in runs[:length]] for runs in trl_runs]
-    return [statistics.fmean(t) for t in zip(*times, strict=True)], [
-        statistics.fmean(a) for a in zip(*accuracies, strict=True)
-    ]
-
-
-def summarize(results: dict, budget: float, share: float = clocks.GPU_GENERATION_SHARE) -> dict:
-    """Targets (plain TRL's mean accuracy at `TARGET_FRACTIONS` of its budget) and, per configuration and clock:
-    time to each target per seed, its ratio to the time plain TRL's mean curve takes (so a TRL seed below the mean
-    does not leave the ratio undefined), their median, accuracy at TRL's full budget; work at the end."""
-    costs = calibration(results["trl"], share)
-    trl_points = len(results["trl"][0]) - 1  # evaluations after the start, on plain TRL's (CPU) grid
-    targets = {
-        str(f): statistics.fmean(runs[round(f * trl_points)]["accuracy"]["all"] for runs in results["trl"])
-        for f in clocks.TARGET_FRACTIONS
-    }
-    table = {}
-    for name, seeds in results.items():
-        row = {"final_accuracy": [runs[-1]["accuracy"]["all"] for runs in seeds]}
-        for clock in ("cpu", "gpu"):
-            trl_curve = mean_curve(results["trl"], clock, costs)
-            per_clock = {}
-            for fraction, target in targets.items():
-                theirs = clocks.reached_at(*trl_curve, target)
-                times = [
-                    clocks.reached_at(
-                        clock_times(runs, clock, costs), [p["accuracy"]["all"] for p in runs], target
-                    )
-                    for runs in seeds
-                ]
-                ratios = [clocks.time_ratio(mine, theirs) for mine in times]
-                per_clock[fraction] = {
-                    "time_to_target": times,
-                    "trl_time_to_target": theirs,
-                    "ratio_to_trl": ratios,
-                    "median_ratio": statistics.median(ratios) if None not in ratios else None,
-                }
-            at_budget = [
-                clocks.accuracy_at(
-                    clock_times(runs, clock, costs), [p["accuracy"]["all"] for p in runs], budget
-                )
-                for runs in seeds
-            ]
-            per_clock["accuracy_at_budget"] = at_budget
-            row[clock] = per_clock
-        finals = [runs[-1] for runs in seeds]
-        row.update(
-            {key: statistics.median(p[key] for p in finals) for key in WORK_KEYS},
-            generation_share=statistics.median(p["generation_seconds"] / p["time"] for p in finals),
-        )
-        table[name] = row
-    return {"targets": targets, "gpu_share": share, "costs": vars(costs), "configs": table}
-
-
-WORK_KEYS = ("generated_tokens", "generated_rows", "trained_rows", "micro_steps", "optimizer_steps")
-
-
-def _fmt(values, spec=".2f") -> str:
-    return " / ".join(
-        "never" if v is None else ("inf" if v == float("inf") else format(v, spec)) for v in values
-    )
-
-
-def _mean(values) -> str:
-    known = [v for v in values if v is not None]
-    return f"{statistics.fmean(known):.3f}" if len(known) == len(values) else "n/a (a run stopped sooner)"
-
-
-def print_report(results: dict, summary: dict, header: str) -> None:
-    print(header)
-    targets = ", ".join(f"{float(f):.0%} {t:.4f}" for f, t in summary["targets"].items())
-    print(f"targets = plain TRL's mean held-out accuracy at a fraction of its budget: {targets}")
-    print(
-        f"GPU clock: generated tokens x {summary['costs']['token']:.3g} s + micro-steps x "
-        f"{summary['costs']['micro_step']:.3g} s (plain TRL's generation share {summary['gpu_share']:.0%})"
-    )
-    trl = summary["configs"]["trl"]
-    for clock in ("cpu", "gpu"):
-        print(f"\n{clock.upper()} clock: median ratio of the time to each target to plain TRL's (per seed)")
-        print(
-            "| config | "
-            + " | ".join(f"to {float(f):.0%} target" for f in summary["targets"])
-            + " | accuracy at TRL's budget (mean) |"
-        )
-        print("|---" * (len(summary["targets"]) + 2) + "|")
-        for name, row in summary["configs"].items():
-            cells = []
-            for fraction in summary["targets"]:
-                cell = row[clock][fraction]
-                median = (
-                    "never (some seed)" if cell["median_ratio"] is None else f"**{cell['median_ratio']:.2f}**"
-                )
-                cells.append(f"{median} ({_fmt(cell['ratio_to_trl'])})")
-            print(f"| {name} | " + " | ".join(cells) + f" | {_mean(row[clock]['accuracy_at_budget'])} |")
-    print("\nWork at the end of each run, median over seeds (ratio to plain TRL):")
-    print(
-        "| config | final accuracy (per seed) | "
-        + " | ".join(k.replace("_", " ") for k in WORK_KEYS)
-        + " | generation share (CPU) |"
-    )
-    print("|---" * (len(WORK_KEYS) + 3) + "|")
-    for name, row in summary["configs"].items():
-        work = " | ".join(f"{row[k]:.0f} ({row[k] / trl[k]:.2f}x)" for k in WORK_KEYS)
-        print(f"| {name} | {_fmt(row['final_accuracy'], '.3f')} | {work} | {row['generation_share']:.2f} |")
-    print(
-        "\nHeld-out accuracy at each evaluation point, mean over seeds (all-correct / all-wrong group shares since"
-    )
-    print("the previous point in brackets):")
-    for name, seeds in results.items():
-        columns = [curve(seeds, key) for key in ("time", "accuracy", "all_correct", "all_wrong")]
-        cells = [f"{t:.0f}s {a:.3f} ({c:.2f}/{w:.2f})" for t, a, c, w in zip(*columns, strict=True)]
-        print(f"- {name}: " + ", ".join(cells))
-
-
-def curve(seeds: list[list[dict]], key: str) -> list[float]:
-    """Per evaluation point, the mean over seeds of `key` (for "accuracy": the overall accuracy); runs with
-    different numbers of points are cut to the shortest."""
-    value = (lambda p: p["accuracy"]["all"]) if key == "accuracy" else (lambda p: p[key])
-    return [statistics.fmean(value(runs[i]) for runs in seeds) for i in range(min(map(len, seeds)))]
-
-
-def plot(results: dict, summary: dict, path: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    costs = clocks.UnitCosts(**summary["costs"])
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for ax, clock in zip(axes, ("cpu", "gpu"), strict=True):
-        for name, seeds in results.items():
-            for i, runs in enumerate(seeds):
-                ax.plot(
-                    clock_times(runs, clock, costs),
-                    [p["accuracy"]["all"] for p in runs],
-                    marker=".",
-                    color=f"C{list(results).index(name)}",
-                    alpha=0.8,
-                    linewidth=1,
-                    label=name if i == 0 else None,
-                )
-        for target in summary["targets"].values():
-            ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
-        ax.set_xlabel(
-            "training CPU seconds, one core"
-            if clock == "cpu"
-            else f"modeled GPU seconds ({summary['gpu_share']:.0%} generation for TRL)"
-        )
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("held-out accuracy (2,000 problems); dashed: targets")
-    axes[0].legend(fontsize=7, loc="lower right", ncol=2)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-
-
 def measure(cli) -> tuple[str, list[int], dict]:
     """Run every configuration for every seed, interleaved; return (header, seeds, {name: [points per seed]})."""
     os.sched_setaffinity(0, {cli.core})
@@ -490,11 +316,7 @@ def main() -> None:
         raise SystemExit("no plain TRL runs to compare with: --merge a file that has them")
     summary = summarize(results, budget)
     print_report(results, summary, header)
-    for share in clocks.SENSITIVITY_SHARES:
-        print(f"\nGPU clock at a {share:.0%} generation share for plain TRL: median ratio to each target")
-        for name, row in summarize(results, budget, share)["configs"].items():
-            cells = [f"{float(f):.0%} {_fmt([row['gpu'][f]['median_ratio']])}" for f in summary["targets"]]
-            print(f"- {name}: " + ", ".join(cells))
+    print_sensitivity(results, budget)
     if cli.merge and cli.json:
         merged = {"header": header, "budget": budget, "summary": summary, "points": results}
         Path(cli.json).write_text(json.dumps(merged, indent=1))

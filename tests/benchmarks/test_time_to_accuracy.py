@@ -1,11 +1,12 @@
-"""benchmarks/time_to_accuracy.py: the smoothing rule, the summary's ratios, and a short run's evaluation points."""
+"""benchmarks/time_to_accuracy.py, accuracy_summary.py and clocks.py: the smoothing rule, the GPU calibration, the
+summary's ratios on both clocks against a naive computation, and a short run's evaluation points."""
 
 import math
 import random
 
 import pytest
 
-from benchmarks import clocks
+from benchmarks import accuracy_summary, clocks
 from benchmarks import time_to_accuracy as tta
 
 
@@ -119,14 +120,14 @@ def test_summary_ratios_match_a_naive_computation_on_both_clocks():
         for name, rate in (("trl", 100), ("fast", 60), ("slow", 180))
     }
     for share in (0.7, 0.9):
-        summary = tta.summarize(results, budget=80.0, share=share)
+        summary = accuracy_summary.summarize(results, budget=80.0, share=share)
         for clock in ("cpu", "gpu"):
             for fraction in clocks.TARGET_FRACTIONS:
                 expected = naive_ratios(results, clock, fraction, share)
                 for name in results:
                     got = summary["configs"][name][clock][str(fraction)]["ratio_to_trl"]
                     assert got == pytest.approx(expected[name]), (share, clock, fraction, name)
-    row = tta.summarize(results, budget=80.0)["configs"]["trl"]
+    row = accuracy_summary.summarize(results, budget=80.0)["configs"]["trl"]
     # the mean curve reaches its own final mean at the end
     assert row["cpu"]["1.0"]["trl_time_to_target"] == 80.0
     assert row["cpu"]["accuracy_at_budget"] == row["final_accuracy"]
@@ -149,7 +150,7 @@ def test_a_short_run_records_every_evaluation_point_and_the_work():
     per_second = last["generated_tokens"] / last["time"], last["micro_steps"] / last["time"]
     slow_gpu = clocks.calibrate(per_second[0], per_second[1], 1 / 3, 0.9)
     recorded = tta.run("trl", 0, budget=4.0, points=2, extra=None, per_level=5, costs=slow_gpu)
-    gpu = tta.clock_times(recorded, "gpu", slow_gpu)
+    gpu = accuracy_summary.clock_times(recorded, "gpu", slow_gpu)
     assert gpu[-1] >= 4.0 and gpu[-2] < 4.0 and recorded[-1]["time"] >= 8.0
     assert len(recorded) >= 4 and any(2.0 <= t < 4.0 for t in gpu)
 
@@ -172,3 +173,20 @@ def test_merge_puts_seeds_side_by_side_and_a_later_file_replaces_a_configuration
     assert header == "a + b + c" and budget == 10.0
     assert [runs[-1]["accuracy"]["all"] for runs in results["trl"]] == [0.4, 0.45, 0.5]
     assert [runs[-1]["accuracy"]["all"] for runs in results["fast"]] == pytest.approx([0.4, 0.5, 0.3])
+
+
+def test_a_run_is_sampled_at_the_cpu_grid_with_row_weighted_group_shares():
+    run = [
+        {"time": 0.0, "accuracy": {"all": 0.1}, "generated_rows": 0, "all_correct": 0.0, "all_wrong": 0.0},
+        {"time": 9.0, "accuracy": {"all": 0.2}, "generated_rows": 10, "all_correct": 0.5, "all_wrong": 0.5},
+        {"time": 11.0, "accuracy": {"all": 0.3}, "generated_rows": 40, "all_correct": 0.0, "all_wrong": 1.0},
+        {"time": 21.0, "accuracy": {"all": 0.4}, "generated_rows": 50, "all_correct": 1.0, "all_wrong": 0.0},
+    ]
+    grid = accuracy_summary.on_grid(run, budget=20.0, points=2)
+    assert [g["time"] for g in grid] == [0.0, 10.0, 20.0]
+    assert [g["accuracy"] for g in grid] == [0.1, 0.2, 0.4]  # closest evaluation; 9 s and 11 s tie: the first
+    assert grid[1]["all_correct"] == pytest.approx(
+        (0.5 * 10 + 0.0 * 30) / 40
+    )  # 9 s and 11 s are nearest to 10
+    assert grid[1]["all_wrong"] == pytest.approx((0.5 * 10 + 1.0 * 30) / 40)
+    assert grid[2]["all_correct"] == 1.0 and grid[0]["all_wrong"] == 0.0
