@@ -42,7 +42,7 @@ from grpo_hub.tasks.chain_model import chain_model_path
 from grpo_hub.training.config_files import read_config
 
 RECIPE = "recipes/configs/chain-full.yaml"
-PRESET = "recipes/configs/chain-fast.yaml"
+PRESET = "recipes/configs/chain-full-fast.yaml"
 CONFIGS = {
     "trl": None,
     "filter": {"filter_zero_signal": True},  # kept rows packed into fewer micro-steps (the default)
@@ -58,7 +58,7 @@ CONFIGS = {
         "selective_rollout_revisit_after": None,
         "dynamic_sampling": True,
     },
-}  # + "chain-fast": the recommended preset, read from its YAML
+}  # + "preset": the recommended preset, read from its YAML (PRESET)
 LORA_KEYS = {"lora_r": "r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout"}
 STEP_FREE_SCHEDULES = ("constant", "constant_with_warmup")  # schedules a time budget leaves unchanged
 RECIPE_ONLY = {"task", "use_peft", "lora_target_modules", "logging_steps", "output_dir"}
@@ -228,7 +228,7 @@ def measure(cli) -> tuple[str, list[int], dict]:
     torch.set_num_threads(1)
     preset, _ = recipe_settings(PRESET)
     base, _ = recipe_settings(RECIPE)
-    configs = {**CONFIGS, "chain-fast": {k: v for k, v in preset.items() if base.get(k) != v}}
+    configs = {**CONFIGS, "preset": {k: v for k, v in preset.items() if base.get(k) != v}}
     names = cli.configs.split(",")
     unknown = set(names) - set(configs)
     if unknown:
@@ -255,7 +255,7 @@ def measure(cli) -> tuple[str, list[int], dict]:
     header = (
         f"chain task ({RECIPE}), {cli.budget:.0f} s per run on one core (on both clocks), {cli.points} "
         f"evaluations of {cli.per_level * len(chain.LEVELS)} held-out problems, seeds {seeds}; "
-        f"preset = {configs.get('chain-fast')}"
+        f"preset ({PRESET}) = {configs['preset']}"
     )
     return header, seeds, results
 
@@ -288,17 +288,17 @@ def main() -> None:
     parser.add_argument(
         "--points", type=int, default=12, help="evaluations after the start, evenly spaced (a multiple of 4)"
     )
-    parser.add_argument("--configs", default=",".join([*CONFIGS, "chain-fast"]), help="comma-separated names")
+    parser.add_argument("--configs", default=",".join([*CONFIGS, "preset"]), help="comma-separated names")
     parser.add_argument("--core", type=int, default=0, help="the CPU core the process is pinned to")
     parser.add_argument("--plot", default=None, help="write the PNG plot here")
     parser.add_argument("--json", default=None, help="write every evaluation point and the summary here")
     parser.add_argument(
         "--per-level", type=int, default=chain.HELDOUT_PER_LEVEL, help="held-out problems per level evaluated"
     )
-    parser.add_argument("--quick", action="store_true", help="1 seed, trl and chain-fast, 10 s, 2 points")
+    parser.add_argument("--quick", action="store_true", help="1 seed, trl and the preset, 8 s, 4 points")
     cli = parser.parse_args()
     if cli.quick:
-        cli.seeds, cli.budget, cli.points, cli.configs, cli.per_level = 1, 8.0, 4, "trl,chain-fast", 10
+        cli.seeds, cli.budget, cli.points, cli.configs, cli.per_level = 1, 8.0, 4, "trl,preset", 10
     if cli.points % 4:
         raise SystemExit(
             f"--points must be a multiple of 4 (targets at 50 % and 75 % of the budget), got {cli.points}"
@@ -318,7 +318,8 @@ def main() -> None:
     print_report(results, summary, header)
     print_sensitivity(results, budget)
     if cli.merge and cli.json:
-        merged = {"header": header, "budget": budget, "summary": summary, "points": results}
+        seeds = sorted({seed for path in cli.merge for seed in json.loads(Path(path).read_text())["seeds"]})
+        merged = {"header": header, "budget": budget, "seeds": seeds, "summary": summary, "points": results}
         Path(cli.json).write_text(json.dumps(merged, indent=1))
     if cli.plot:
         seeds_run = len(results["trl"])

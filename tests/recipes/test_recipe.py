@@ -15,15 +15,16 @@ CONFIGS = REPO_ROOT / "recipes" / "configs"
 CPU_CONFIGS = ("grpo", "gspo", "cispo", "filtered", "ref-refresh")
 ARITHMETIC_CONFIGS = ("arithmetic", "arithmetic-full")  # run by tests/recipes/test_arithmetic_recipe.py
 CHAIN_FAST = {
-    "dynamic_sampling": True,
-    "filter_zero_signal": True,
-}  # the preset's switch and the one it implies
+    "selective_rollout": True,
+    "selective_rollout_revisit_after": 1,
+}  # the recommended preset's switch
 CHAIN_CONFIGS = (
     "chain",
     "chain-fast",
     "chain-full",
+    "chain-full-fast",
 )  # the main job, the recommended preset and the time-to-accuracy testbed (benchmarks/time_to_accuracy.py)
-FULL_FINE_TUNING = ("arithmetic-full", "chain-full")
+FULL_FINE_TUNING = ("arithmetic-full", "chain-full", "chain-full-fast")
 ALL_CONFIGS = (*CPU_CONFIGS, *ARITHMETIC_CONFIGS, *CHAIN_CONFIGS, "vllm-colocate", "qwen2.5-0.5b-math")
 
 
@@ -157,7 +158,8 @@ def test_every_config_parses(recipe, name):
         "arithmetic-full": {"num_generations": 8, "max_completion_length": 8},
         "chain": {"num_generations": 8, "max_completion_length": 48, "learning_rate": 1e-3},
         "chain-full": {"max_completion_length": 48, "learning_rate": 1e-4, "lr_scheduler_type": "constant"},
-        "chain-fast": {**CHAIN_FAST, "max_completion_length": 48},
+        "chain-fast": {**CHAIN_FAST, "max_completion_length": 48, "learning_rate": 1e-3},
+        "chain-full-fast": {**CHAIN_FAST, "learning_rate": 1e-4, "lr_scheduler_type": "constant"},
     }.get(name, {"loss_type": "dapo", "learning_rate": 3e-2})
     assert {k: getattr(training_args, k) for k in expected} == expected
     if name == "qwen2.5-0.5b-math":
