@@ -324,7 +324,10 @@ def main() -> None:
     if cli.plot:
         seeds_run = len(results["trl"])
         plot(
-            results, summary, cli.plot, f"time to accuracy on the chain task, LoRA, mean of {seeds_run} seeds"
+            results,
+            summary,
+            cli.plot,
+            f"time to accuracy on the chain task ({RECIPE}), every run of {seeds_run} seeds",
         )
         print(f"plot: {cli.plot}")
 
