@@ -42,34 +42,33 @@ def summarize(results: dict, budget: float, share: float = clocks.GPU_GENERATION
         str(f): statistics.fmean(runs[round(f * trl_points)]["accuracy"]["all"] for runs in results["trl"])
         for f in clocks.TARGET_FRACTIONS
     }
+    clock_names = ("cpu", "gpu")
+    trl_times = {  # plain TRL's mean curve's time to each target, per clock
+        clock: {
+            f: clocks.reached_at(*mean_curve(results["trl"], clock, costs), t) for f, t in targets.items()
+        }
+        for clock in clock_names
+    }
     table = {}
     for name, seeds in results.items():
         row = {"final_accuracy": [runs[-1]["accuracy"]["all"] for runs in seeds]}
-        for clock in ("cpu", "gpu"):
-            trl_curve = mean_curve(results["trl"], clock, costs)
+        accuracies = [[p["accuracy"]["all"] for p in runs] for runs in seeds]
+        for clock in clock_names:
+            times = [clock_times(runs, clock, costs) for runs in seeds]
             per_clock = {}
             for fraction, target in targets.items():
-                theirs = clocks.reached_at(*trl_curve, target)
-                times = [
-                    clocks.reached_at(
-                        clock_times(runs, clock, costs), [p["accuracy"]["all"] for p in runs], target
-                    )
-                    for runs in seeds
-                ]
-                ratios = [clocks.time_ratio(mine, theirs) for mine in times]
+                theirs = trl_times[clock][fraction]
+                reached = [clocks.reached_at(t, a, target) for t, a in zip(times, accuracies, strict=True)]
+                ratios = [clocks.time_ratio(mine, theirs) for mine in reached]
                 per_clock[fraction] = {
-                    "time_to_target": times,
+                    "time_to_target": reached,
                     "trl_time_to_target": theirs,
                     "ratio_to_trl": ratios,
                     "median_ratio": statistics.median(ratios) if None not in ratios else None,
                 }
-            at_budget = [
-                clocks.accuracy_at(
-                    clock_times(runs, clock, costs), [p["accuracy"]["all"] for p in runs], budget
-                )
-                for runs in seeds
+            per_clock["accuracy_at_budget"] = [
+                clocks.accuracy_at(t, a, budget) for t, a in zip(times, accuracies, strict=True)
             ]
-            per_clock["accuracy_at_budget"] = at_budget
             row[clock] = per_clock
         finals = [runs[-1] for runs in seeds]
         row.update(

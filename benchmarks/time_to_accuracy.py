@@ -68,14 +68,14 @@ def recipe_settings(path: str) -> tuple[dict, LoraConfig | None]:
     """(GRPOConfig fields, LoRA config or None for full fine-tuning) of a recipe YAML (its `base:` followed); the
     recipe's own keys are left out."""
     settings = read_config(path)
-    if not settings.get("use_peft", False):
-        return {k: v for k, v in settings.items() if k not in RECIPE_ONLY and k not in LORA_KEYS}, None
+    fields = {k: v for k, v in settings.items() if k not in RECIPE_ONLY and k not in LORA_KEYS}
+    if not settings.get("use_peft", True):  # the recipe's default (recipes/grpo.py: recipe_defaults)
+        return fields, None
     lora = LoraConfig(
         task_type="CAUSAL_LM",
         target_modules=settings.get("lora_target_modules", "all-linear"),
         **{LORA_KEYS[k]: settings[k] for k in LORA_KEYS if k in settings},
     )
-    fields = {k: v for k, v in settings.items() if k not in RECIPE_ONLY and k not in LORA_KEYS}
     return fields, lora
 
 
@@ -260,8 +260,8 @@ def measure(cli) -> tuple[str, list[int], dict]:
     return header, seeds, results
 
 
-def merge(paths: list[str]) -> tuple[str, float, dict]:
-    """(header, budget, results) of several --json files of the same settings: their seeds side by side; a later file's
+def merge(paths: list[str]) -> tuple[str, float, list[int], dict]:
+    """(header, budget, seeds, results) of several --json files of the same settings: their seeds side by side; a later file's
     runs of a (configuration, seed) replace an earlier file's (e.g. a configuration re-run after a fix)."""
     by_seed: dict[str, dict[int, list]] = {}
     headers, budgets = [], set()
@@ -274,7 +274,8 @@ def merge(paths: list[str]) -> tuple[str, float, dict]:
     if len(budgets) != 1:
         raise SystemExit(f"--merge: the files have different budgets {sorted(budgets)}")
     results = {name: [runs[seed] for seed in sorted(runs)] for name, runs in by_seed.items()}
-    return " + ".join(headers), budgets.pop(), results
+    seeds = sorted({seed for runs in by_seed.values() for seed in runs})
+    return " + ".join(headers), budgets.pop(), seeds, results
 
 
 def main() -> None:
@@ -304,7 +305,7 @@ def main() -> None:
             f"--points must be a multiple of 4 (targets at 50 % and 75 % of the budget), got {cli.points}"
         )
     if cli.merge:
-        header, budget, results = merge(cli.merge)
+        header, budget, seeds, results = merge(cli.merge)
     else:
         header, seeds, results = measure(cli)
         budget = cli.budget
@@ -318,7 +319,6 @@ def main() -> None:
     print_report(results, summary, header)
     print_sensitivity(results, budget)
     if cli.merge and cli.json:
-        seeds = sorted({seed for path in cli.merge for seed in json.loads(Path(path).read_text())["seeds"]})
         merged = {"header": header, "budget": budget, "seeds": seeds, "summary": summary, "points": results}
         Path(cli.json).write_text(json.dumps(merged, indent=1))
     if cli.plot:

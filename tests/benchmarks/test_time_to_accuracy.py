@@ -169,8 +169,8 @@ def test_merge_puts_seeds_side_by_side_and_a_later_file_replaces_a_configuration
     first = part("both", [0, 2], [0.4, 0.5], "a")
     second = part("both", [1], [0.45], "b")
     rerun = part("fast only", [2, 0, 1], [0.1, 0.2, 0.3], "c")
-    header, budget, results = tta.merge([first, second, rerun])
-    assert header == "a + b + c" and budget == 10.0
+    header, budget, seeds, results = tta.merge([first, second, rerun])
+    assert header == "a + b + c" and budget == 10.0 and seeds == [0, 1, 2]
     assert [runs[-1]["accuracy"]["all"] for runs in results["trl"]] == [0.4, 0.45, 0.5]
     assert [runs[-1]["accuracy"]["all"] for runs in results["fast"]] == pytest.approx([0.4, 0.5, 0.3])
 
