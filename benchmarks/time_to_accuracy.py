@@ -46,7 +46,7 @@ PRESET = "recipes/configs/chain-full-fast.yaml"
 CONFIGS = {
     "trl": None,
     "filter": {"filter_zero_signal": True},  # kept rows packed into fewer micro-steps (the default)
-    # the same with TRL's loss normaliser: TRL's gradient exactly, each step cheaper (docs/filtering.md)
+    # the same with TRL's loss denominator: TRL's gradient exactly, each step cheaper (docs/filtering.md)
     "filter-all": {"filter_zero_signal": True, "zero_signal_normalizer": "all"},
     "dynamic": {"dynamic_sampling": True},
     "selective": {"selective_rollout": True},

@@ -138,7 +138,7 @@ def render() -> str:
 def render_compatibility() -> str:
     """The whole Markdown page, deterministic for a given grpo_hub and trl."""
     from grpo_hub import GRPOHubConfig
-    from grpo_hub.training import features
+    from grpo_hub.training import features, resolve_and_validate
 
     switches = features.SWITCHES
     errors: dict[str, int] = {}
@@ -173,7 +173,7 @@ def render_compatibility() -> str:
     effects = ["| field | has an effect only with |", "|---|---|"] + [
         f"| `{name}` | {_cell(needs)} |" for name, (needs, _) in features.effect_needs().items()
     ]
-    resolve_doc = features.resolve.__doc__.split("\n\n", 1)[1]
+    resolve_doc = resolve_and_validate.resolve.__doc__.split("\n\n", 1)[1]
     return "\n".join(
         [
             COMPATIBILITY_HEADER,

@@ -2,8 +2,8 @@
 
 With every new field at its default the config is exactly a `trl.GRPOConfig`. Fields are grouped by feature and
 documented once, here. `__post_init__` checks every field's type and finiteness (None turns a bound off, never
-`inf`) and NaN in any float field, then builds in two phases (grpo_hub.training.features): resolve presets and
-implied switches, then validate the resolved config. A field set explicitly -- its value differs from its
+`inf`) and NaN in any float field, then builds in two phases (grpo_hub.training.resolve_and_validate): resolve
+presets and implied switches, then validate the resolved config. A field set explicitly -- its value differs from its
 default -- whose switch is off (`EFFECT_NEEDS`) is an error, since it would have no effect; a value equal to the
 default cannot be told apart from an unset one and is accepted. Every error is a ValueError naming the field (both
 fields for a conflict) and the fix.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from grpo_hub.algos import loss_types
-from grpo_hub.training import features
+from grpo_hub.training import features, resolve_and_validate
 from grpo_hub.training.compat import check_trl_version
 from grpo_hub.training.validation import check_effect, check_finite, check_type, field_error
 from grpo_hub.training.vllm_checks import AGILERL_TOKEN_CAP
@@ -41,7 +41,7 @@ class GRPOHubConfig(GRPOConfig):
             "preset 'gspo' = 'grpo' with importance_sampling_level='sequence' and, unless epsilon/epsilon_high are "
             f"set, the GSPO paper's clip range (epsilon, epsilon_high) = {loss_types.REGISTRY['gspo'].clip_range}. "
             "'cispo' without epsilon_high sets the recommended cap "
-            f"epsilon_high={loss_types.REGISTRY['cispo'].default_epsilon_high}. Each one's normaliser, surrogate "
+            f"epsilon_high={loss_types.REGISTRY['cispo'].default_epsilon_high}. Each one's denominator, surrogate "
             "and presets: grpo_hub/algos/loss_types.py."
         },
     )
@@ -72,8 +72,8 @@ class GRPOHubConfig(GRPOConfig):
         metadata={
             "help": "Loss aggregation (ROLL/verl): 'token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean', "
             "'seq-mean-token-sum-norm' (token sum / max_completion_length, mean over sequences). Replaces the "
-            f"normaliser of loss_type {'/'.join(map(repr, loss_types.OWN_PATH_NAMES))} (the own loss path). None: "
-            "the loss_type's own normaliser."
+            f"denominator of loss_type {'/'.join(map(repr, loss_types.OWN_PATH_NAMES))} (the own loss path). None: "
+            "the loss_type's own denominator."
         },
     )
 
@@ -136,8 +136,8 @@ class GRPOHubConfig(GRPOConfig):
     zero_signal_normalizer: str = field(
         default="kept",
         metadata={
-            "help": "Loss normaliser under filtering. 'kept' (DAPO): tokens/rows that are trained, so the loss is a "
-            "mean over the kept rows. 'all': the normaliser of the unfiltered batch, which keeps TRL's gradient "
+            "help": "Loss denominator under filtering. 'kept' (DAPO): tokens/rows that are trained, so the loss is a "
+            "mean over the kept rows. 'all': the denominator of the unfiltered batch, which keeps TRL's gradient "
             "exactly (dropped rows would have contributed zero)."
         },
     )
@@ -153,7 +153,7 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
-    # --- Dynamic sampling (DAPO; grpo_hub/dynamic_sampling.py) ---
+    # --- Dynamic sampling (DAPO; grpo_hub/training/dynamic_sampling.py) ---
     dynamic_sampling: bool = field(
         default=False,
         metadata={
@@ -252,7 +252,7 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
-    # --- Multi-turn credit (grpo_hub/turns.py) ---
+    # --- Multi-turn credit (grpo_hub/training/turns.py) ---
     turn_advantages: str | None = field(
         default=None,
         metadata={
@@ -281,7 +281,7 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
-    # --- Reference adapter (PEFT; see grpo_hub/reference.py) ---
+    # --- Reference adapter (PEFT; see grpo_hub/training/reference.py) ---
     ref_adapter_sync_on: str = field(
         default="never",
         metadata={
@@ -318,15 +318,15 @@ class GRPOHubConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        """Two phases (grpo_hub.training.features): resolve presets and implied switches, then validate the resolved
+        """Two phases (grpo_hub.training.resolve_and_validate): resolve presets and implied switches, then validate the resolved
         config, which validation never changes. Type, finiteness and NaN checks run first, on the values given."""
         self.implied_by = {}  # switch -> the switch that turned it on while resolving
         self._check_values()
         explicit = {name for name in EFFECT_NEEDS if getattr(self, name) != DEFAULTS[name]}
-        features.resolve(self)
+        resolve_and_validate.resolve(self)
         super().__post_init__()
         check_effect(self, {name: EFFECT_NEEDS[name] for name in explicit}, DEFAULTS)
-        features.validate(self)
+        resolve_and_validate.validate(self)
 
     def _check_values(self) -> None:
         """Type and finiteness of every field declared here, no NaN in any float field (TRL's included), and
@@ -347,25 +347,30 @@ class GRPOHubConfig(GRPOConfig):
                 "set num_generations >= 2 (e.g. 8).",
             )
 
-    # --- what the resolved config changes in the trainer ---
+    # --- what the resolved config changes in the trainer (asked of the feature rows) ---
     @property
     def packs_rows(self) -> bool:
         """Whether GRPOHubTrainer packs the kept rows of a filtered batch into fewer micro-steps."""
-        return bool(self.filter_zero_signal and self.zero_signal_pack)
+        return features.is_on("packing", self)
 
     @property
     def uses_own_loss(self) -> bool:
         """Whether GRPOHubTrainer computes the loss itself instead of TRL's `_compute_loss`."""
-        return features.uses_own_loss(self)
+        return features.any_on(features.OWN_LOSS, self)
 
     @property
     def recomputes_advantages(self) -> bool:
         """Whether GRPOHubTrainer recomputes the advantages instead of keeping TRL's."""
-        return features.recomputes_advantages(self)
+        return features.any_on(features.EDITS_ADVANTAGES, self)
 
     @property
     def uses_reference_adapter(self) -> bool:
-        return self.ref_adapter_keep or self.ref_adapter_sync_on != "never"
+        return self.ref_adapter_keep or features.is_on("ref_adapter_refresh", self)
+
+    @property
+    def loss_denominator(self) -> str:
+        """What one micro-batch's loss is divided by (`loss_types.DENOMINATORS`)."""
+        return loss_types.denominator_kind(self.loss_type, self.loss_agg_mode)
 
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(GRPOHubConfig)}

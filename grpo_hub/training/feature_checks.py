@@ -1,13 +1,13 @@
-"""Each feature's own value checks, on the resolved config (phase 2 of GRPOHubConfig; grpo_hub.training.features
-lists which feature runs which). A check reads the config and raises; it never changes anything. Checks that
-involve two features are conflicts, in `features.CONFLICTS`.
+"""Each feature's own value checks, on the resolved config (phase 2 of GRPOHubConfig; each row of
+grpo_hub.training.features names its own). A check reads its feature's fields and raises; it never changes anything.
+Rules that involve two features are conflicts (grpo_hub.training.conflicts).
 """
 
 from __future__ import annotations
 
 from grpo_hub.algos import advantages, importance, loss_types, losses, selection
 from grpo_hub.training.reference import validate_reference_settings
-from grpo_hub.training.validation import check_choice, field_error
+from grpo_hub.training.validation import check_choice, check_positive, field_error
 from grpo_hub.training.vllm_checks import check_sampler_matches_trainer
 
 ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
@@ -16,13 +16,10 @@ DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
 
 def check_loss_type(c) -> None:
     check_choice("loss_type", c.loss_type, loss_types.NAMES)
+
+
+def check_ratio_level(c) -> None:
     check_choice("importance_sampling_level", c.importance_sampling_level, losses.LEVELS)
-    if c.importance_sampling_level == "turn" and c.loss_type not in loss_types.OWN_PATH_NAMES:
-        field_error(
-            "importance_sampling_level",
-            f"'turn' is implemented for loss_type in {loss_types.OWN_PATH_NAMES}, not {c.loss_type!r}.",
-            "use loss_type='grpo', 'dapo' or 'cispo', or importance_sampling_level='token'/'sequence'.",
-        )
 
 
 def check_clip(c) -> None:
@@ -33,7 +30,7 @@ def check_clip(c) -> None:
             "epsilon_high", f"must be >= 0, got {c.epsilon_high}.", "use e.g. 0.28 (or 5.0 for cispo)."
         )
     loss = loss_types.REGISTRY.get(c.loss_type)  # (an unknown loss_type: check_loss_type)
-    absolute_cap = loss is not None and loss.surrogate == "cispo"  # epsilon_high caps the ratio itself
+    absolute_cap = loss is not None and loss.surrogate.absolute_cap  # epsilon_high caps the ratio itself
     if not absolute_cap and c.epsilon >= 1:
         field_error(
             "epsilon",
@@ -51,7 +48,9 @@ def check_clip(c) -> None:
 
 def check_dual_clip(c) -> None:
     loss = loss_types.REGISTRY.get(c.loss_type)
-    if c.dual_clip_c is None or loss is None or loss.surrogate != "clip":  # other surrogates: CONFLICTS
+    if (
+        c.dual_clip_c is None or loss is None or not loss.surrogate.dual_clip
+    ):  # other surrogates: conflicts.py
         return
     upper = 1 + (c.epsilon_high if c.epsilon_high is not None else c.epsilon)
     if c.dual_clip_c <= upper:
@@ -129,24 +128,29 @@ def check_turn_advantages(c) -> None:
     check_choice("turn_advantages", c.turn_advantages, advantages.TURN_SCOPES, optional=True)
 
 
-def check_rewards(c) -> None:
-    if c.reward_clip is not None and c.reward_clip <= 0:
-        field_error("reward_clip", f"must be > 0, got {c.reward_clip}.", "use a positive bound or None.")
+def check_reward_clip(c) -> None:
+    check_positive("reward_clip", c.reward_clip)
+
+
+def check_reward_norm(c) -> None:
     check_choice("reward_norm", c.reward_norm, advantages.REWARD_NORMS, optional=True)
     if c.reward_shift and c.reward_scale:
         field_error("reward_shift", "and reward_scale together leave nothing to normalise.", "set only one.")
+
+
+def check_kl_in_reward(c) -> None:
     if c.token_level_kl_coef < 0:
         field_error(
             "token_level_kl_coef", f"must be >= 0, got {c.token_level_kl_coef}.", "use 0.0 or e.g. 0.001."
         )
 
 
-def check_advantages(c) -> None:
+def check_adv_norm(c) -> None:
     check_choice("adv_norm", c.adv_norm, advantages.NORMS, optional=True)
-    if c.adv_clip_range is not None and c.adv_clip_range <= 0:
-        field_error(
-            "adv_clip_range", f"must be > 0, got {c.adv_clip_range}.", "use a positive bound or None."
-        )
+
+
+def check_adv_clip(c) -> None:
+    check_positive("adv_clip_range", c.adv_clip_range)
 
 
 def check_vllm_is(c) -> None:

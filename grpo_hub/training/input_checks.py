@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from trl.trainer.utils import is_async_callable
 
+from grpo_hub.training import features
+
 SHOWN_ROWS = 10  # at most this many row indices in a message
 
 
@@ -114,7 +116,7 @@ def check_trainer_options(
 ) -> None:
     """Options that depend on what the trainer was given (rollouts, model kind, reference), and the prompts of
     `datasets` ({name: dataset}); raises ValueError naming the field and the fix."""
-    if args.importance_sampling_level == "turn" and not multi_turn:
+    if features.is_on("turn_ratios", args) and not multi_turn:
         raise ValueError(
             "`importance_sampling_level`: 'turn' needs multi-turn rollouts. Fix: pass `tools`, "
             "`environment_factory` or `rollout_func` to the trainer, or use 'token'/'sequence'."
@@ -125,11 +127,12 @@ def check_trainer_options(
             "vision-language models. Fix: set filter_zero_signal=False and loss_agg_mode=None."
         )
     check_dataset_prompts(datasets)
-    if args.token_level_kl_coef > 0 and not has_reference:
-        raise ValueError(
-            "`token_level_kl_coef`: needs reference log-probs, which TRL only has with beta != 0 or a PEFT "
-            "model. Fix: set beta > 0 or train a LoRA adapter (peft_config=...)."
-        )
+    for feature in features.tagged(features.NEEDS_REFERENCE):
+        if feature.is_on(args) and not has_reference:
+            raise ValueError(
+                f"`{feature.field}`: needs reference log-probs, which TRL only has with beta != 0 or a PEFT "
+                "model. Fix: set beta > 0 or train a LoRA adapter (peft_config=...)."
+            )
 
 
 def _describe(output) -> str:

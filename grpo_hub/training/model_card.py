@@ -15,6 +15,8 @@ import os
 import re
 from collections.abc import Mapping
 
+from grpo_hub.algos import loss_types
+
 REWARD_CURVE = "reward_curve.png"
 # Front-matter key naming the branch a card was pushed to: a branch whose card names another branch holds no
 # adapter of its own (e.g. a push was interrupted after creating the branch from main; see hub/pull.py).
@@ -28,39 +30,6 @@ LORA_KEYS = {
 }
 METRIC_KEYS = ("reward", "reward_std", "kl", "loss", "frac_reward_zero_std", "train_loss", "train_runtime")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-GRPO_CITATION = """@article{shao2024deepseekmath,
-    title   = {{DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models}},
-    author  = {Zhihong Shao and Peiyi Wang and Qihao Zhu and Runxin Xu and Junxiao Song and Mingchuan Zhang and Y. K. Li and Y. Wu and Daya Guo},
-    year    = 2024,
-    eprint  = {arXiv:2402.03300},
-}"""
-VARIANT_CITATIONS = {
-    "dapo": """@article{yu2025dapo,
-    title   = {{DAPO: An Open-Source LLM Reinforcement Learning System at Scale}},
-    author  = {Qiying Yu and others},
-    year    = 2025,
-    eprint  = {arXiv:2503.14476},
-}""",
-    "dr_grpo": """@article{liu2025understanding,
-    title   = {{Understanding R1-Zero-Like Training: A Critical Perspective}},
-    author  = {Zichen Liu and others},
-    year    = 2025,
-    eprint  = {arXiv:2503.20783},
-}""",
-    "gspo": """@article{zheng2025gspo,
-    title   = {{Group Sequence Policy Optimization}},
-    author  = {Chujie Zheng and others},
-    year    = 2025,
-    eprint  = {arXiv:2507.18071},
-}""",
-    "cispo": """@article{minimax2025m1,
-    title   = {{MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention}},
-    author  = {{MiniMax}},
-    year    = 2025,
-    eprint  = {arXiv:2506.13585},
-}""",
-}
-
 CARD_TEMPLATE = """---
 {{ card_data }}
 ---
@@ -276,8 +245,15 @@ def build_model_card(
         has_curve=has_curve,
         curve=REWARD_CURVE,
         versions=framework_versions(),
-        citations=[GRPO_CITATION, *([VARIANT_CITATIONS[variant]] if variant in VARIANT_CITATIONS else [])],
+        citations=citations(variant),
     )
+
+
+def citations(variant: str) -> list[str]:
+    """GRPO's paper, and the loss type's own when it has one (its `loss_types` entry)."""
+    grpo = loss_types.REGISTRY["grpo"].citation
+    entry = loss_types.REGISTRY.get(variant)
+    return [grpo, *([entry.citation] if entry is not None and entry.citation not in (None, grpo) else [])]
 
 
 def write_card_files(folder, record: Mapping) -> None:

@@ -1,8 +1,8 @@
 """The own loss path: what TRL's `_compute_loss` lacks (ROLL/verl `loss_agg_mode`, turn-level ratio pooling).
 
 The trainer's `_compute_loss` seam calls `own_loss` only when `GRPOHubConfig.uses_own_loss`; it passes TRL's
-forward (`_get_per_token_logps_and_entropies`) as a callable, the settings as `OwnLossSettings`, the normaliser
-(`grpo_hub.algos.normalizer.micro_batch_normalizer`, bound to the step's counts) and the metrics. The surrogate
+forward (`_get_per_token_logps_and_entropies`) as a callable, the settings as `OwnLossSettings`, the denominator
+(`grpo_hub.algos.loss_denominator.micro_batch_denominator`, bound to the step's counts) and the metrics. The surrogate
 comes from the loss-type registry (`grpo_hub.algos.loss_types`), the formulas from `grpo_hub.algos.losses`.
 """
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo_hub.algos import loss_types, losses
+from grpo_hub.algos.surrogates import Bounds, Surrogate
 from grpo_hub.training.turns import turn_ids_from_tool_mask
 
 
@@ -28,8 +29,12 @@ class OwnLossSettings:
     max_completion_length: int
 
     @property
-    def surrogate(self) -> str:
+    def surrogate(self) -> Surrogate:
         return loss_types.REGISTRY[self.loss_type].surrogate
+
+    @property
+    def bounds(self) -> Bounds:
+        return Bounds(self.epsilon_low, self.epsilon_high, self.dual_clip_c)
 
     @property
     def agg_mode(self) -> str:
@@ -40,14 +45,14 @@ def own_loss(
     inputs: dict,
     logps_and_entropies: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
     settings: OwnLossSettings,
-    normalizer: Callable[[str, torch.Tensor], torch.Tensor],
+    denominator: Callable[[str, torch.Tensor], torch.Tensor],
     metrics: dict,
     reduce_sum: Callable[[torch.Tensor], torch.Tensor],
 ) -> torch.Tensor:
     """Clipped (or CISPO) surrogate with turn/token/sequence ratio pooling, aggregated by `loss_agg_mode`.
 
     `logps_and_entropies(input_ids, attention_mask, logits_to_keep)` -> per-token log-probs and entropies of
-    the policy; `normalizer(kind, count)` -> the micro-batch's normaliser (`micro_batch_normalizer`) where
+    the policy; `denominator(kind, count)` -> the micro-batch's denominator (`micro_batch_denominator`) where
     `count` is the rows (ROWS) or loss tokens the aggregation averaged over; `reduce_sum` sums over ranks.
     """
     completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
@@ -66,14 +71,7 @@ def own_loss(
     turn_ids = turn_ids_from_tool_mask(tool_mask) if level == "turn" else None
     log_ratio = losses.pool_log_ratio(per_token_logps - old_logps, mask, level=level, turn_ids=turn_ids)
     ratio = torch.exp(log_ratio)
-    if settings.surrogate == "cispo":
-        per_token_loss = losses.cispo_loss(ratio, advantages, per_token_logps, high=settings.epsilon_high)
-    elif settings.surrogate == "clip":
-        per_token_loss = losses.clipped_surrogate(
-            ratio, advantages, settings.epsilon_low, settings.epsilon_high, dual_clip=settings.dual_clip_c
-        )
-    else:
-        raise ValueError(f"the own loss path has no {settings.surrogate!r} surrogate ({settings.loss_type})")
+    per_token_loss = settings.surrogate.loss(ratio, advantages, per_token_logps, settings.bounds)
     if "importance_sampling_ratio" in inputs:
         per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
     per_token_kl = None
@@ -82,29 +80,29 @@ def own_loss(
         if settings.use_bias_correction_kl:
             per_token_kl = per_token_kl * ratio
         per_token_loss = per_token_loss + settings.beta * per_token_kl
-    loss = aggregate(per_token_loss, mask, settings, normalizer)
+    loss = aggregate(per_token_loss, mask, settings, denominator)
     log_metrics(ratio, advantages, mask, entropies, per_token_kl, settings, metrics, reduce_sum)
     return loss
 
 
-def aggregate(per_token_loss, mask, settings: OwnLossSettings, normalizer) -> torch.Tensor:
+def aggregate(per_token_loss, mask, settings: OwnLossSettings, denominator) -> torch.Tensor:
     """`loss_agg_mode` (default: grpo -> seq-mean-token-mean, dapo/cispo -> token-mean) for one micro-batch.
 
     The mean `aggregate_loss` takes over the micro-batch is turned back into a sum (× the rows or tokens it
-    averaged over) and divided by the normaliser: token-mean by BATCH_TOKENS (the loss tokens of the whole
+    averaged over) and divided by the loss denominator: token-mean by BATCH_TOKENS (the loss tokens of the whole
     generation batch, so it does not depend on how rows fall into micro-batches), seq-mean modes by ROWS.
     """
     agg_mode = settings.agg_mode
     loss = losses.aggregate_loss(per_token_loss, mask, agg_mode, norm_length=settings.max_completion_length)
     if agg_mode in losses.SEQ_MEAN_AGG_MODES:
         rows_averaged = (mask.sum(dim=1) > 0).sum().clamp(min=1)  # aggregate_loss skips empty rows
-        return loss * rows_averaged / normalizer(loss_types.ROWS, rows_averaged)
+        return loss * rows_averaged / denominator(loss_types.ROWS, rows_averaged)
     tokens = mask.sum().clamp(min=1.0)
-    return loss * tokens / normalizer(loss_types.BATCH_TOKENS, tokens)
+    return loss * tokens / denominator(loss_types.BATCH_TOKENS, tokens)
 
 
 def log_metrics(ratio, advantages, mask, entropies, per_token_kl, settings, metrics, reduce_sum) -> None:
-    """Entropy, KL and clip fractions as token means over all ranks (TRL's metric names)."""
+    """Entropy, KL and the surrogate's clip fractions as token means over all ranks (TRL's metric names)."""
 
     def global_mean(x):
         x = x.expand_as(mask)
@@ -114,17 +112,6 @@ def log_metrics(ratio, advantages, mask, entropies, per_token_kl, settings, metr
     metrics["entropy"].append(global_mean(entropies))
     if per_token_kl is not None:
         metrics["kl"].append(global_mean(per_token_kl))
-    ratio = ratio.detach()
-    if settings.surrogate == "cispo":
-        metrics["cispo_clip_ratio"].append(
-            global_mean(((ratio > settings.epsilon_high) & (advantages > 0)).float())
-        )
-        return
-    low = (ratio < 1 - settings.epsilon_low) & (advantages < 0)
-    high = (ratio > 1 + settings.epsilon_high) & (advantages > 0)
-    metrics["clip_ratio/low_mean"].append(global_mean(low.float()))
-    metrics["clip_ratio/high_mean"].append(global_mean(high.float()))
-    metrics["clip_ratio/region_mean"].append(global_mean((low | high).float()))
-    if settings.dual_clip_c is not None:
-        dual = (ratio > settings.dual_clip_c) & (advantages < 0)
-        metrics["clip_ratio/dual_mean"].append(global_mean(dual.float()))
+    clipped = settings.surrogate.clipped(ratio.detach(), advantages, settings.bounds)
+    for name, tokens in clipped.items():
+        metrics[name].append(global_mean(tokens.float()))

@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from grpo_hub.algos import loss_types
+
 RUN_RECORD = "grpo_run.json"
 RUN_SUMMARY = "run_summary.json"  # written by recipes/grpo.py: its `rewards` list is one entry per step
 # Fields that say where and how the run was bookkept, not what it trained: never on a card.
@@ -54,10 +56,11 @@ LOG_KEYS = (
 
 
 def loss_variant(config: Mapping) -> str:
-    """The GRPO-family variant a config trains: gspo (sequence-level ratios), else TRL's loss_type."""
-    if config.get("importance_sampling_level") == "sequence":
-        return "gspo"
-    return str(config.get("loss_type") or "grpo")
+    """The loss-type entry a recorded (resolved) config trains (`loss_types.variant_name`): gspo for sequence-level
+    grpo ratios, else its loss_type."""
+    return loss_types.variant_name(
+        str(config.get("loss_type") or "grpo"), config.get("importance_sampling_level")
+    )
 
 
 def _plain(value):

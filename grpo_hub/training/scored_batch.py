@@ -1,10 +1,10 @@
-"""Edits and logs of TRL's scored generation batch (the output of `_generate_and_score_completions`).
+"""The rewards and advantages of TRL's scored generation batch (the output of `_generate_and_score_completions`):
+grpo_hub's edits and their logs.
 
 Called from the trainer's `_calculate_rewards` (reward clip / norm) and `_score_round` with narrow inputs
-(tensors, settings, callables, the metrics dict): advantage recomputation (adv_norm, whitening, clipping, KL in
-the reward), the advantage logs, the zero-signal kinds, and zero-signal row dropping: `drop_micro_batch_rows` after
-TRL's shuffle and split (filtering), `drop_rows` before it (dynamic sampling's group selection). The formulas live in
-`grpo_hub.algos`.
+(tensors, settings, callables, the metrics dict): reward transforms, advantage recomputation (adv_norm, whitening,
+clipping, KL in the reward), the advantage logs and the zero-signal kinds. The formulas live in `grpo_hub.algos`;
+which rows train is grpo_hub.training.filtering's job.
 """
 
 import copy
@@ -14,7 +14,7 @@ import torch
 
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos import losses
-from grpo_hub.algos.filtering import agreed_row_count, keep_rows, micro_step_row_counts
+from grpo_hub.training import features
 from grpo_hub.training.input_checks import check_advantages_finite
 
 
@@ -29,7 +29,7 @@ class RewardTransform:
             "shift_only": args.reward_shift,
             "scale_only": args.reward_scale,
         }
-        self.active = args.reward_clip is not None or args.reward_norm is not None
+        self.active = features.any_on(features.EDITS_REWARDS, args)
         self.moments = [adv_fns.RunningMoments() for _ in range(num_funcs)]
 
     def __call__(self, rewards_per_func: torch.Tensor, training: bool) -> torch.Tensor:
@@ -59,9 +59,9 @@ def recompute_advantages(
     norm = args.adv_norm or ("mean_only" if scale_rewards == "none" else "mean_std")
     scope = "batch" if scale_rewards == "batch" else "group"
     advantages = adv_fns.group_advantages(rewards, group_size, norm=norm, std_scope=scope)
-    if args.whiten_advantages:
+    if features.is_on("whiten_advantages", args):
         advantages = adv_fns.whiten(advantages, ~torch.isnan(rewards))
-    if args.adv_clip_range is not None:
+    if features.is_on("adv_clip", args):
         advantages = adv_fns.clip_advantages(advantages, args.adv_clip_range)
     return advantages
 
@@ -102,88 +102,3 @@ class ZeroSignalKinds:
         kinds = adv_fns.zero_signal_kinds(rewards, group_size, self.eps, *self.reward_range)
         for kind, name in adv_fns.KIND_NAMES.items():
             metrics[f"zero_signal/frac_groups_{name}"].append((kinds == kind).double().mean().item())
-
-
-# (B,) bool key of a scored batch: rows of groups with signal; the others are dropped after TRL's split
-SIGNAL_ROWS = "signal_rows"
-
-
-def drop_micro_batch_rows(
-    batches: list[dict],
-    *,
-    gather: Callable[[torch.Tensor], torch.Tensor],
-    num_processes: int,
-    pad_to_multiple_of: int | None,
-    metrics: dict,
-) -> list[dict]:
-    """TRL's buffered micro-batches of one generation batch, each without its zero-signal rows (`SIGNAL_ROWS`).
-
-    Rows never move between micro-batches, so each trains in the optimizer step TRL gives it. One all-gather of
-    (kept rows, rows, kept loss tokens) per micro-batch; each micro-batch is padded to the row count all ranks agree
-    on for it (`algos.filtering.micro_step_row_counts`). Records the generation-batch counts the normaliser reads
-    (`algos.normalizer.micro_batch_normalizer`) in every micro-batch, deciding nothing: `num_items_in_batch` becomes
-    the loss tokens of the kept rows (all ranks), `all_items_in_batch` keeps TRL's count, `kept_rows` / `all_rows`
-    count rows over all ranks.
-    """
-    keeps = [b[SIGNAL_ROWS] for b in batches]
-    local = torch.tensor(
-        [
-            [int(keep.sum()), keep.numel(), int((b["completion_mask"] * b.get("tool_mask", 1))[keep].sum())]
-            for b, keep in zip(batches, keeps, strict=True)
-        ],
-        device=keeps[0].device,
-    )
-    counts = gather(local.unsqueeze(0)).view(num_processes, len(batches), 3).cpu()
-    rows = micro_step_row_counts(counts[..., 0])
-    kept_rows, all_rows, kept_tokens = (int(c) for c in counts.sum(dim=(0, 1)))
-    all_tokens = batches[0]["num_items_in_batch"]
-    scalars = {
-        "num_items_in_batch": torch.tensor(kept_tokens, dtype=all_tokens.dtype, device=all_tokens.device),
-        "all_items_in_batch": all_tokens,
-        "kept_rows": torch.tensor(float(kept_rows), device=keeps[0].device),
-        "all_rows": torch.tensor(float(all_rows), device=keeps[0].device),
-    }
-    out = []
-    for batch, keep, num_rows in zip(batches, keeps, rows.tolist(), strict=True):
-        batch = {k: v for k, v in batch.items() if k != SIGNAL_ROWS}
-        out.append(keep_rows(batch, keep, num_rows, pad_to_multiple_of) | scalars)
-    metrics["zero_signal/frac_rows_dropped"].append(1.0 - kept_rows / all_rows)
-    metrics["zero_signal/rows_trained"].append(float(kept_rows))
-    metrics["zero_signal/rows_padded"].append(float(int(rows.sum()) * num_processes - kept_rows))
-    return out
-
-
-def drop_rows(
-    output: dict,
-    keep: torch.Tensor,
-    *,
-    gather: Callable[[torch.Tensor], torch.Tensor],
-    steps_per_generation: int,
-    num_processes: int,
-    pad_to_multiple_of: int | None,
-    metrics: dict,
-) -> dict:
-    """Keep this rank's rows where `keep`, padded to the row count all ranks agree on (`algos.filtering`), before
-    TRL's shuffle and split: dynamic sampling's selection of groups from several rounds.
-
-    One all-gather of (kept rows, rows, kept loss tokens) per rank. Records the generation-batch counts the
-    normaliser reads (`algos.normalizer.micro_batch_normalizer`), deciding nothing: `num_items_in_batch` becomes
-    the loss tokens of the kept rows (all ranks); `all_items_in_batch` keeps TRL's count before dropping;
-    `kept_rows` / `all_rows` count rows over all ranks. All are 0-dim, so TRL's split/shuffle hand them
-    unchanged to every micro-batch.
-    """
-    loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
-    counts = torch.tensor([int(keep.sum()), keep.numel(), int(loss_mask[keep].sum())], device=keep.device)
-    counts = gather(counts).view(-1, 3)
-    num_rows = agreed_row_count(int(counts[:, 0].max()), steps_per_generation)
-    output = keep_rows(output, keep, num_rows, pad_to_multiple_of)
-    kept_rows, all_rows, kept_tokens = (int(c) for c in counts.sum(dim=0))
-    all_tokens = output["num_items_in_batch"]
-    output["num_items_in_batch"] = torch.tensor(kept_tokens, dtype=all_tokens.dtype, device=all_tokens.device)
-    output["all_items_in_batch"] = all_tokens
-    output["kept_rows"] = torch.tensor(float(kept_rows), device=keep.device)
-    output["all_rows"] = torch.tensor(float(all_rows), device=keep.device)
-    metrics["zero_signal/frac_rows_dropped"].append(1.0 - kept_rows / all_rows)
-    metrics["zero_signal/rows_trained"].append(float(kept_rows))
-    metrics["zero_signal/rows_padded"].append(float(num_rows * num_processes - kept_rows))
-    return output

@@ -10,8 +10,8 @@ Order of calls in TRL 1.16 / transformers for one generation batch (full account
    logs; zero-signal rows marked) -> TRL shuffles, splits into steps_per_generation micro-batches and buffers
    them -> our `_prepare_filtered` drops the marked rows of each buffered micro-batch (counts recorded); each
    micro-step takes buffer[_step % steps_per_generation] (packing: re-packed or skipped).
-3. transformers' `training_step` -> `compute_loss` -> `_compute_loss` (TRL's loss rescaled to the normaliser of
-   `algos.normalizer`, or `training.own_loss`) -> backward; TRL then advances `_step`. The optimizer steps after
+3. transformers' `training_step` -> `compute_loss` -> `_compute_loss` (TRL's loss rescaled to the denominator of
+   `algos.loss_denominator`, or `training.own_loss`) -> backward; TRL then advances `_step`. The optimizer steps after
    the micro-step with `sync_gradients`.
 `get_batch_samples` / `_init_training_state` (transformers): a resume starts where the batch stream was saved.
 Every formula lives in `grpo_hub.algos`; the helpers of this wing get narrow inputs (callables, a metrics dict)
@@ -27,8 +27,8 @@ from trl.trainer.utils import use_adapter
 
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos import loss_types
-from grpo_hub.algos.normalizer import batch_counts, micro_batch_normalizer
-from grpo_hub.training import features, scored_batch
+from grpo_hub.algos.loss_denominator import batch_counts, micro_batch_denominator
+from grpo_hub.training import features, filtering, scored_batch
 from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream, load_stream_state
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.config import GRPOHubConfig
@@ -219,7 +219,7 @@ class GRPOHubTrainer(GRPOTrainer):
             output, zero = self._score_round(inputs)
             if self.model.training and self.args.filter_zero_signal:  # dropped after TRL's shuffle and split
                 rank = self.accelerator.process_index
-                output[scored_batch.SIGNAL_ROWS] = ~zero[rank * len(inputs) : (rank + 1) * len(inputs)]
+                output[filtering.SIGNAL_ROWS] = ~zero[rank * len(inputs) : (rank + 1) * len(inputs)]
         if self.model.training and self._selector is not None:
             self._selector.end_step()  # GRESO adapts its exploration once per optimizer step
         return output
@@ -269,7 +269,7 @@ class GRPOHubTrainer(GRPOTrainer):
     def _recompute_advantages(self, rewards, output, group_size, rank_rows) -> torch.Tensor:
         """Advantages over all ranks' rows from the (transformed) rewards; returns this rank's slice."""
         kl = None
-        if self.args.token_level_kl_coef > 0:  # every rank's rows, as the rewards
+        if features.is_on("kl_in_reward", self.args):  # every rank's rows, as the rewards
             kl = self._gather(scored_batch.sequence_kl(output, functools.partial(self._score_logps, output)))
         advantages = scored_batch.recompute_advantages(rewards, group_size, self.args, self.scale_rewards, kl)
         return advantages[rank_rows]
@@ -291,8 +291,8 @@ class GRPOHubTrainer(GRPOTrainer):
 
     def _drop_rows(self, output: dict, keep: torch.Tensor) -> dict:
         """Dynamic sampling: keep this rank's selected rows, padded to the row count all ranks agree on
-        (`scored_batch.drop_rows`)."""
-        return scored_batch.drop_rows(
+        (`filtering.drop_rows`)."""
+        return filtering.drop_rows(
             output,
             keep,
             gather=self.accelerator.gather,
@@ -333,13 +333,13 @@ class GRPOHubTrainer(GRPOTrainer):
 
     def _prepare_filtered(self, generation_batch):
         """TRL's micro-batch; when TRL has just shuffled, split and buffered a new generation batch, the zero-signal
-        rows of each buffered micro-batch are dropped first (`scored_batch.drop_micro_batch_rows`)."""
+        rows of each buffered micro-batch are dropped first (`filtering.drop_micro_batch_rows`)."""
         before = self._buffered_inputs
         inputs = super()._prepare_inputs(generation_batch)
-        if self._buffered_inputs is before or scored_batch.SIGNAL_ROWS not in inputs:
+        if self._buffered_inputs is before or filtering.SIGNAL_ROWS not in inputs:
             return inputs  # the same buffer, or dynamic sampling's batch (its rows were selected before the split)
         position = next(i for i, batch in enumerate(self._buffered_inputs) if batch is inputs)
-        self._buffered_inputs = scored_batch.drop_micro_batch_rows(
+        self._buffered_inputs = filtering.drop_micro_batch_rows(
             self._buffered_inputs,
             gather=self.accelerator.gather,
             num_processes=self.accelerator.num_processes,
@@ -357,24 +357,26 @@ class GRPOHubTrainer(GRPOTrainer):
                     model, ids, attention, keep, compute_entropy=True
                 )[:2],
                 self._loss_settings,
-                lambda kind, count: self._normalizer(inputs, kind, count),
+                lambda kind, count: self._loss_denominator(inputs, kind, count),
                 self._metrics["train" if self.model.training else "eval"],
                 lambda x: self.accelerator.reduce(x, reduction="sum"),
             )
         loss = super()._compute_loss(model, inputs)
-        if "kept_rows" not in inputs:  # no rows dropped: TRL's normaliser is the normaliser
+        if "kept_rows" not in inputs:  # no rows dropped: TRL's denominator is the denominator
             return loss
-        kind = features.normalizer(self.args)
+        kind = self.args.loss_denominator
         micro = inputs["prompt_ids"].shape[0] if kind == loss_types.ROWS else inputs["completion_mask"].sum()
-        trl_normalizer = self._normalizer(inputs, kind, micro, filtered=False)
-        return loss * (trl_normalizer / self._normalizer(inputs, kind, micro))  # TRL's normaliser -> ours
+        trl_denominator = self._loss_denominator(inputs, kind, micro, filtered=False)
+        return loss * (
+            trl_denominator / self._loss_denominator(inputs, kind, micro)
+        )  # TRL's denominator -> ours
 
-    def _normalizer(self, inputs, kind, micro_count, filtered=True) -> torch.Tensor:
-        """`algos.normalizer.micro_batch_normalizer` of this micro-batch: `micro_count` is the rows (ROWS) or loss
+    def _loss_denominator(self, inputs, kind, micro_count, filtered=True) -> torch.Tensor:
+        """`algos.loss_denominator.micro_batch_denominator` of this micro-batch: `micro_count` is the rows (ROWS) or loss
         tokens its mean ran over; the filtering counts are those `_drop_rows` recorded (training only)."""
         train = self.model.training
         accumulation = self.current_gradient_accumulation_steps if train else 1  # set by the train loop only
-        return micro_batch_normalizer(
+        return micro_batch_denominator(
             kind,
             train=train,
             accumulation_steps=accumulation,

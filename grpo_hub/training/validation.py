@@ -58,6 +58,12 @@ def check_choice(field_name: str, value, choices, *, optional: bool = False) -> 
     )
 
 
+def check_positive(field_name: str, bound: float | None) -> None:
+    """Raise unless an optional bound is None (off) or > 0."""
+    if bound is not None and bound <= 0:
+        field_error(field_name, f"must be > 0, got {bound}.", "use a positive bound or None.")
+
+
 def check_effect(
     config, needs: Mapping[str, tuple[str, Callable[[typing.Any], bool]]], defaults: Mapping
 ) -> None:

@@ -7,8 +7,8 @@ top-k/top-p/min-p) and checks a server's mode at start-up, while the trainer tak
 log-softmax of logits / temperature. So temperature agrees, and everything else that reshapes vLLM's
 distribution does not: top-k/top-p/min-p renormalise over the kept tokens, which multiplies every ratio by
 the kept mass S (trl#6789), and penalties/constraints move it by amounts the trainer never sees.
-`check_sampler_matches_trainer` rejects those settings; `resolve_vllm_is` applies the preset and checks the
-bounds. No torch or vLLM import: this runs inside `GRPOHubConfig.__post_init__`.
+`check_sampler_matches_trainer` rejects those settings; `check_is_bounds` checks the bounds once
+`vllm_is_preset` is applied (grpo_hub.training.resolve_and_validate). No torch or vLLM import: this runs inside `GRPOHubConfig.__post_init__`.
 """
 
 from __future__ import annotations
@@ -47,36 +47,8 @@ def _is_neutral(key: str, value) -> bool:
     return value == neutral or (neutral is None and not value)
 
 
-def resolve_vllm_is(config) -> None:
-    """Apply `vllm_is_preset` onto TRL's IS fields and validate the bounds (before TRL's own checks)."""
-    preset = config.vllm_is_preset
-    if preset is not None:
-        if preset not in VLLM_IS_PRESETS:
-            field_error(
-                "vllm_is_preset", f"{preset!r} is not a preset.", f"use one of {tuple(VLLM_IS_PRESETS)}."
-            )
-        values = VLLM_IS_PRESETS[preset]
-        if config.vllm_importance_sampling_mode not in (TRL_DEFAULT_IS_MODE, values["mode"]):
-            field_error(
-                "vllm_importance_sampling_mode",
-                f"{config.vllm_importance_sampling_mode!r} contradicts vllm_is_preset={preset!r} ({values['mode']}).",
-                "unset one of them.",
-            )
-        if config.vllm_importance_sampling_clip_max not in (TRL_DEFAULT_CLIP_MAX, values["clip_max"]):
-            field_error(
-                "vllm_importance_sampling_clip_max",
-                f"{config.vllm_importance_sampling_clip_max} contradicts vllm_is_preset={preset!r} "
-                f"(cap {values['clip_max']}).",
-                "unset one of them.",
-            )
-        if config.vllm_importance_sampling_clip_min is not None:
-            field_error(
-                "vllm_importance_sampling_clip_min",
-                f"vllm_is_preset={preset!r} has no lower bound.",
-                "unset vllm_importance_sampling_clip_min or the preset.",
-            )
-        config.vllm_importance_sampling_mode = values["mode"]
-        config.vllm_importance_sampling_clip_max = values["clip_max"]
+def check_is_bounds(config) -> None:
+    """The IS bounds (after `vllm_is_preset` is applied): positive, and clip_min < clip_max."""
     low = config.vllm_importance_sampling_clip_min
     high = config.vllm_importance_sampling_clip_max
     if config.vllm_importance_sampling_cap is not None:  # TRL's deprecated alias of clip_max

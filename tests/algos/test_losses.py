@@ -252,7 +252,7 @@ def test_aggregate_loss_ignores_masked_values_and_their_gradients(batch, mode, g
     assert torch.equal(grad[~keep], torch.zeros(int((~keep).sum()), dtype=torch.float64))
 
 
-def test_aggregate_loss_matches_trl_normalisers_and_handles_empty_rows():
+def test_aggregate_loss_matches_trl_denominators_and_handles_empty_rows():
     torch.manual_seed(3)
     per_token, mask = torch.randn(6, 8), torch.rand(6, 8) > 0.4
     mask[:, 0] = True  # no empty row: TRL's divide-by-B conventions agree

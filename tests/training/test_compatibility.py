@@ -1,6 +1,7 @@
 """Every pair of feature switches (grpo_hub.training.features.FEATURES) is refused at config time with both fields
-named, or trains 2 steps with finite weights; where the docs claim an equivalence, it holds for every combination
-that allows it (packed == unpacked filtering; filtering with the 'all' normaliser == no filtering). Validation's
+named, or builds; the accepted pairs that share a seam (`Feature.seams`) train 2 steps with finite weights, and one
+run trains every switch that builds together. Where the docs claim an equivalence, it holds for every combination
+that allows it (packed == unpacked filtering; filtering with the 'all' denominator == no filtering). Validation's
 outcome does not depend on the order of its checks, and it never changes the resolved config.
 
 The pairs are generated from the table, so a new feature is covered by adding its row there. Config-time checks
@@ -14,7 +15,7 @@ import math
 import pytest
 import torch
 
-from grpo_hub.training import features
+from grpo_hub.training import conflicts, features, resolve_and_validate
 from grpo_hub.training.config import GRPOHubConfig
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer, tiny_config
@@ -63,27 +64,48 @@ def test_every_switch_builds_alone():
 
 
 def test_validation_changes_nothing():
-    checks = [check for f in features.FEATURES for check in f.checks]
     for pair in ACCEPTED:
         before = OUTCOMES[pair].to_dict()
-        features.validate(OUTCOMES[pair], checks=checks, conflicts=features.CONFLICTS)
+        resolve_and_validate.validate(OUTCOMES[pair])
         assert OUTCOMES[pair].to_dict() == before, pair
 
 
 def test_refusals_do_not_depend_on_the_order_of_the_checks(monkeypatch):
     straight = {pair: isinstance(OUTCOMES[pair], ValueError) for pair in PAIRS}
     checks = [check for f in features.FEATURES for check in f.checks][::-1]
-    validate = features.validate
-    monkeypatch.setattr(features, "validate", lambda c: validate(c, checks, features.CONFLICTS[::-1]))
+    validate = resolve_and_validate.validate
+    monkeypatch.setattr(
+        resolve_and_validate, "validate", lambda c: validate(c, checks, conflicts.CONFLICTS[::-1])
+    )
     assert {pair: isinstance(outcome(merged(*pair)), ValueError) for pair in PAIRS} == straight
 
 
-# --- training: every pair that builds trains 2 steps with finite weights ---
+# --- training: every pair that builds and shares a seam trains 2 steps with finite weights, and so do all at once ---
 def trains(name: str) -> bool:
     return SWITCHES[name].trains and not SWITCHES[name].multi_turn
 
 
-TRAINED_PAIRS = [(a, b) for a, b in ACCEPTED if trains(a) and trains(b)]
+TRAINED_PAIRS = [(a, b) for a, b in ACCEPTED if trains(a) and trains(b) and features.share_a_seam(a, b)]
+
+
+def all_on() -> dict:
+    """The example settings of every trainable switch that builds with those before it, in table order."""
+    settings = {}
+    for name in SWITCHES:
+        example = SWITCHES[name].example
+        clash = any(key in settings and settings[key] != value for key, value in example.items())
+        if trains(name) and not clash and not isinstance(outcome({**settings, **example}), ValueError):
+            settings = {**settings, **example}
+    return settings
+
+
+ALL_ON = all_on()
+
+
+def test_pairs_that_share_no_seam_are_checked_at_config_time_only():
+    untrained = [(a, b) for a, b in ACCEPTED if trains(a) and trains(b) and (a, b) not in TRAINED_PAIRS]
+    assert untrained and all(not features.share_a_seam(a, b) for a, b in untrained)
+    assert len(TRAINED_PAIRS) < len([(a, b) for a, b in ACCEPTED if trains(a) and trains(b)])
 
 
 def train(tmp_path, model_dir, settings: dict, needs_peft: bool):
@@ -108,6 +130,21 @@ def test_pair_trains_two_steps_with_finite_weights(tmp_path, tiny_model_dir, fir
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert losses and all(math.isfinite(v) for v in losses)
+
+
+def on_in(settings: dict) -> list[str]:
+    config = outcome(settings)
+    return [name for name in SWITCHES if SWITCHES[name].is_on(config)]
+
+
+@pytest.mark.slow
+def test_every_switch_that_builds_together_trains_two_steps(tmp_path, tiny_model_dir):
+    """One run with all of them: more than half the switches at once, finite weights and losses."""
+    assert len(on_in(ALL_ON)) > len(SWITCHES) // 2, on_in(ALL_ON)
+    needs_peft = any(SWITCHES[name].needs_peft for name in on_in(ALL_ON))
+    trainer = train(tmp_path, tiny_model_dir, ALL_ON, needs_peft)
+    assert trainer.state.global_step == 2
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
 
 
 TURN_PAIRS = [

@@ -6,7 +6,7 @@ docs/validation.md):
 - DEFAULTS: with every new field at its default, GRPOHubTrainer gives TRL's batch, loss and gradient bit for
   bit, so training ends at TRL's weights bit for bit.
 - MAPPED: the options documented as TRL's own (GSPO, CISPO with its preset cap, dual_clip_c -> delta) give TRL's
-  loss and gradient bit for bit; the own loss path configured to TRL's normalisers gives them to float rounding.
+  loss and gradient bit for bit; the own loss path configured to TRL's denominators gives them to float rounding.
 - FILTER_ALL: `filter_zero_signal` with `zero_signal_normalizer="all"`, packed or not, trains like TRL without
   filtering: every kept row trains in the optimizer step TRL gives it, the randomness drawn does not depend on
   the rows dropped, and the weights agree to float summation order (dropped rows would have contributed 0).
@@ -106,7 +106,7 @@ def test_defaults_train_like_trl(tmp_path, tiny_model_dir, trl_runs, layout):
 # --- FILTER_ALL ---
 @pytest.mark.parametrize("variant", FILTER_VARIANTS)
 @pytest.mark.parametrize("layout", grid_params(GRID))
-def test_filtering_with_the_all_normaliser_trains_like_trl(
+def test_filtering_with_the_all_denominator_trains_like_trl(
     tmp_path, tiny_model_dir, trl_runs, layout, variant
 ):
     weights, rewards = trl_runs(layout, {})
@@ -119,7 +119,7 @@ def test_filtering_with_the_all_normaliser_trains_like_trl(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_NORMALISER)
-def test_filtering_with_the_all_normaliser_equals_no_filtering_with(tmp_path, tiny_model_dir, name):
+def test_filtering_with_the_all_denominator_equals_no_filtering_with(tmp_path, tiny_model_dir, name):
     """FILTER_ALL beside every feature that allows it: the gradient of grpo_hub without filtering, same feature."""
     example = {
         **SWITCHES[name].example,
@@ -158,7 +158,7 @@ def test_selective_rollout_before_it_has_learned_gives_trls_batch(tmp_path, tiny
 
 # --- DEFAULTS and MAPPED on one batch: the loss and gradient of each TRL loss ---
 def vary_lengths(batch):
-    """Cut row i after 1 + i % 8 tokens, so that token-mean and sequence-mean normalisers differ."""
+    """Cut row i after 1 + i % 8 tokens, so that token-mean and sequence-mean denominators differ."""
     mask = batch["completion_mask"].clone()
     lengths = 1 + torch.arange(mask.shape[0]) % mask.shape[1]
     mask[torch.arange(mask.shape[1])[None, :] >= lengths[:, None]] = 0
@@ -182,7 +182,7 @@ CASES = [
     ({"loss_type": "grpo", "importance_sampling_level": "sequence"}, {"loss_type": "gspo", "epsilon": 0.2}),
     ({"loss_type": "dapo", "beta": 0.1}, {"loss_type": "dapo", "beta": 0.1}),
     ({"delta": 3.0}, {"dual_clip_c": 3.0}),
-    # the own loss path, configured to TRL's normalisers, must reproduce TRL's loss and gradient
+    # the own loss path, configured to TRL's denominators, must reproduce TRL's loss and gradient
     ({"loss_type": "grpo"}, {"loss_type": "grpo", "loss_agg_mode": "seq-mean-token-mean"}),
     ({"loss_type": "dapo"}, {"loss_type": "dapo", "loss_agg_mode": "token-mean"}),
     ({"loss_type": "dapo", "beta": 0.1}, {"loss_type": "dapo", "beta": 0.1, "loss_agg_mode": "token-mean"}),

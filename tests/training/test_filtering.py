@@ -1,6 +1,6 @@
 """Zero-signal filtering: dropped rows get no training forward, rows are dropped after TRL's split, nothing breaks.
 
-That the "all" normaliser gives TRL's training is a promise of tests/training/test_equivalence.py."""
+That the "all" denominator gives TRL's training is a promise of tests/training/test_equivalence.py."""
 
 from collections import defaultdict
 
@@ -9,7 +9,7 @@ import torch
 from trl.trainer.utils import split_tensor_dict
 
 from grpo_hub.algos.filtering import agreed_row_count, keep_rows, micro_step_row_counts
-from grpo_hub.training.scored_batch import SIGNAL_ROWS, drop_micro_batch_rows
+from grpo_hub.training.filtering import SIGNAL_ROWS, drop_micro_batch_rows
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer, tiny_config
 
@@ -133,7 +133,7 @@ def test_micro_step_row_counts():
 
 
 @pytest.mark.parametrize("loss", [{"loss_type": "dapo"}, {"loss_type": "grpo"}], ids=str)
-def test_kept_normaliser_renormalises_over_surviving_rows(tmp_path, tiny_model_dir, loss):
+def test_kept_denominator_renormalises_over_surviving_rows(tmp_path, tiny_model_dir, loss):
     off = half_signal_trainer(tmp_path, tiny_model_dir, **loss)
     on = half_signal_trainer(tmp_path, tiny_model_dir, filter_zero_signal=True, **loss)
     batch_off, batch_on = micro_batches(off), micro_batches(on)

@@ -1,15 +1,15 @@
-"""micro_batch_normalizer against a naive reference written from the cases of TRL 1.16 and the filtering docs."""
+"""micro_batch_denominator against a naive reference written from the cases of TRL 1.16 and the filtering docs."""
 
 import random
 
 import pytest
 import torch
 
-from grpo_hub.algos.loss_types import BATCH_TOKENS, MICRO_TOKENS, NORMALIZERS, ROWS
-from grpo_hub.algos.normalizer import micro_batch_normalizer
+from grpo_hub.algos.loss_denominator import micro_batch_denominator
+from grpo_hub.algos.loss_types import BATCH_TOKENS, DENOMINATORS, MICRO_TOKENS, ROWS
 
 
-def naive_normalizer(kind, train, ga, procs, spg, micro_rows, micro_tokens, batch_tokens, filtering, counts):
+def naive_denominator(kind, train, ga, procs, spg, micro_rows, micro_tokens, batch_tokens, filtering, counts):
     """Per case, in plain floats: the denominator of one micro-batch's summed loss terms."""
     kept_rows, all_rows, all_tokens = counts
     accumulation = ga if train else 1
@@ -36,7 +36,7 @@ def random_case(rng):
     all_tokens = all_rows * rng.randint(1, 40)
     batch_tokens = rng.randint(0, all_tokens)
     return dict(
-        kind=rng.choice(NORMALIZERS),
+        kind=rng.choice(DENOMINATORS),
         train=rng.random() < 0.7,
         ga=rng.randint(1, 8),
         procs=procs,
@@ -52,7 +52,7 @@ def random_case(rng):
 def call(case, as_tensors):
     wrap = (lambda x: torch.tensor(x)) if as_tensors else (lambda x: x)
     kept_rows, all_rows, all_tokens = case["counts"]
-    return micro_batch_normalizer(
+    return micro_batch_denominator(
         case["kind"],
         train=case["train"],
         accumulation_steps=case["ga"],
@@ -76,14 +76,14 @@ def test_matches_naive_on_random_inputs(seed, as_tensors):
         case = random_case(rng)
         got = call(case, as_tensors)
         assert got.dim() == 0
-        assert got.item() == pytest.approx(naive_normalizer(**case), rel=1e-6), case
+        assert got.item() == pytest.approx(naive_denominator(**case), rel=1e-6), case
 
 
 @pytest.mark.parametrize("filtering", [None, "kept", "all"])
 def test_edge_cases_stay_finite_and_positive(filtering):
-    # nothing kept, no loss tokens anywhere: the normaliser stays >= a positive floor
-    for kind in NORMALIZERS:
-        value = micro_batch_normalizer(
+    # nothing kept, no loss tokens anywhere: the denominator stays >= a positive floor
+    for kind in DENOMINATORS:
+        value = micro_batch_denominator(
             kind,
             train=True,
             accumulation_steps=1,
@@ -100,24 +100,24 @@ def test_edge_cases_stay_finite_and_positive(filtering):
 
 def test_train_and_eval_differ_only_by_accumulation_and_split():
     common = dict(accumulation_steps=4, num_processes=2, steps_per_generation=8, batch_tokens=64)
-    train = micro_batch_normalizer(BATCH_TOKENS, train=True, **common)
-    evaluation = micro_batch_normalizer(BATCH_TOKENS, train=False, **common)
+    train = micro_batch_denominator(BATCH_TOKENS, train=True, **common)
+    evaluation = micro_batch_denominator(BATCH_TOKENS, train=False, **common)
     assert train.item() == pytest.approx(64 / 2 * 4 / 8)
     assert evaluation.item() == pytest.approx(64 / 2)
-    assert micro_batch_normalizer(ROWS, train=False, accumulation_steps=4, micro_rows=3).item() == 3
+    assert micro_batch_denominator(ROWS, train=False, accumulation_steps=4, micro_rows=3).item() == 3
 
 
 def test_kept_and_all_choose_their_counts():
     common = dict(train=True, accumulation_steps=2, num_processes=1, steps_per_generation=2)
     counts = dict(kept_rows=4.0, all_rows=8.0, all_tokens=80, batch_tokens=30, micro_rows=5)
-    assert micro_batch_normalizer(ROWS, filtering="kept", **common, **counts).item() == 4.0  # 4/2 rows · 2
-    assert micro_batch_normalizer(ROWS, filtering="all", **common, **counts).item() == 8.0
-    assert micro_batch_normalizer(BATCH_TOKENS, filtering="kept", **common, **counts).item() == 30.0
-    assert micro_batch_normalizer(BATCH_TOKENS, filtering="all", **common, **counts).item() == 80.0
+    assert micro_batch_denominator(ROWS, filtering="kept", **common, **counts).item() == 4.0  # 4/2 rows · 2
+    assert micro_batch_denominator(ROWS, filtering="all", **common, **counts).item() == 8.0
+    assert micro_batch_denominator(BATCH_TOKENS, filtering="kept", **common, **counts).item() == 30.0
+    assert micro_batch_denominator(BATCH_TOKENS, filtering="all", **common, **counts).item() == 80.0
 
 
 def test_rejects_unknown_cases():
     with pytest.raises(ValueError, match="kind"):
-        micro_batch_normalizer("tokens", train=True, accumulation_steps=1)
+        micro_batch_denominator("tokens", train=True, accumulation_steps=1)
     with pytest.raises(ValueError, match="filtering"):
-        micro_batch_normalizer(ROWS, train=True, accumulation_steps=1, micro_rows=1, filtering="some")
+        micro_batch_denominator(ROWS, train=True, accumulation_steps=1, micro_rows=1, filtering="some")

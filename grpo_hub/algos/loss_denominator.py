@@ -1,18 +1,18 @@
-"""The loss normaliser: what the summed loss terms of one micro-batch are divided by. Decided here only.
+"""The loss denominator: what the summed loss terms of one micro-batch are divided by. Decided here only.
 
-Both loss paths call `micro_batch_normalizer`: the own path divides its summed terms by it, and TRL's built-in
-losses are rescaled from TRL's own normaliser (the same function without filtering counts) to it.
-Pure torch; the cross-rank counts are gathered by the caller (`grpo_hub.training.scored_batch.drop_rows`).
+Both loss paths call `micro_batch_denominator`: the own path divides its summed terms by it, and TRL's built-in
+losses are rescaled from TRL's own denominator (the same function without filtering counts) to it.
+Pure torch; the cross-rank counts are gathered by the caller (`grpo_hub.training.filtering.drop_rows`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from grpo_hub.algos.loss_types import BATCH_TOKENS, MICRO_TOKENS, NORMALIZERS, ROWS
+from grpo_hub.algos.loss_types import BATCH_TOKENS, DENOMINATORS, MICRO_TOKENS, ROWS
 
 MIN_ROWS_PER_STEP = 1e-8  # an all-filtered batch trains zero-loss pad rows: keep the division finite
-# micro_batch_normalizer argument <- key of the scored batch (0-dim values; the last three only under filtering)
+# micro_batch_denominator argument <- key of the scored batch (0-dim values; the last three only under filtering)
 BATCH_COUNT_KEYS = {
     "batch_tokens": "num_items_in_batch",
     "kept_rows": "kept_rows",
@@ -22,11 +22,11 @@ BATCH_COUNT_KEYS = {
 
 
 def batch_counts(batch: dict) -> dict:
-    """The generation-batch counts of a (micro-)batch as `micro_batch_normalizer` keyword arguments (None if absent)."""
+    """The generation-batch counts of a (micro-)batch as `micro_batch_denominator` keyword arguments (None if absent)."""
     return {arg: batch.get(key) for arg, key in BATCH_COUNT_KEYS.items()}
 
 
-def micro_batch_normalizer(
+def micro_batch_denominator(
     kind: str,
     *,
     train: bool,
@@ -41,7 +41,7 @@ def micro_batch_normalizer(
     all_rows: float | torch.Tensor | None = None,
     all_tokens: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Normaliser D of one micro-batch: its loss is (sum of its per-row or per-token loss terms) / D.
+    """Denominator D of one micro-batch: its loss is (sum of its per-row or per-token loss terms) / D.
 
     A = `accumulation_steps` in training (TRL's `current_gradient_accumulation_steps`: micro-batches summed into
     one optimizer step), 1 in eval (no accumulation, no split). P = `num_processes`, S = `steps_per_generation`.
@@ -77,8 +77,8 @@ def micro_batch_normalizer(
         return torch.as_tensor(micro_tokens).clamp(min=1.0) * accumulation
     if kind == BATCH_TOKENS:
         tokens = torch.as_tensor(all_tokens if filtering == "all" else batch_tokens)
-        normalizer = tokens.clamp(min=1.0) / num_processes
+        denominator = tokens.clamp(min=1.0) / num_processes
         if train:
-            normalizer = normalizer * accumulation / steps_per_generation
-        return normalizer
-    raise ValueError(f"kind must be one of {NORMALIZERS}, got {kind!r}")
+            denominator = denominator * accumulation / steps_per_generation
+        return denominator
+    raise ValueError(f"kind must be one of {DENOMINATORS}, got {kind!r}")
