@@ -13,7 +13,7 @@ import pytest
 
 from grpo_hub.tasks import chain
 from grpo_hub.tasks.arithmetic import chat_text
-from tests.compare.test_browser import wait_until_served
+from tests.compare.conftest import wait_until_served
 from tests.conftest import free_port, requires
 from tests.hub.conftest import ALICE, TOKENS, point_client_at
 from tests.hub.fake_hub import FakeHub, validate_card_yaml
