@@ -6,13 +6,12 @@
     accelerate launch --config_file recipes/accelerate/cpu-ddp.yaml recipes/grpo.py   # 2 CPU ranks
 
 With no arguments it trains a LoRA adapter on the shipped chain model (`grpo_hub.tasks.chain_model_path`) for
-the built-in "chain" task (multi-step arithmetic with a scratchpad) with the settings of
-recipes/configs/chain.yaml (its defaults: read from that file) and prints held-out accuracy before -> after.
-`--task digits` (or any task other than "chain") starts from the random tiny model with the settings of
-recipes/configs/grpo.yaml (lr 3e-2, 4 generations, 16 completion tokens). Those defaults suit only the offline
-models: for a real model (`--model_name_or_path
-Qwen/...`) start from `recipes/configs/qwen2.5-0.5b-math.yaml`. On a machine without CUDA the defaults are
-`use_cpu=True, bf16=False`.
+the built-in "chain" task (multi-step arithmetic with a scratchpad) with the settings it reads from
+recipes/configs/chain.yaml and prints held-out accuracy before -> after. `--task digits` (or any task other than
+"chain") starts from the random tiny model with the settings it reads from recipes/configs/grpo.yaml (lr 3e-2,
+4 generations, 16 completion tokens). Those defaults suit only the offline models: for a real model
+(`--model_name_or_path Qwen/...`) start from `recipes/configs/qwen2.5-0.5b-math.yaml`. On a machine without CUDA
+the defaults are `use_cpu=True, bf16=False`.
 
 Every `GRPOHubConfig`, `ModelConfig` and `RecipeArguments` field is a flag or a YAML key (`--config`).
 At the end the main process prints a summary (steps, world size, mean reward of the first vs last logged

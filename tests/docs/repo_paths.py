@@ -22,8 +22,8 @@ import io
 import re
 import tokenize
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 TOP_FOLDERS = ("grpo_hub", "recipes", "benchmarks", "tests", "docs", "spaces_app", ".ci")
@@ -39,8 +39,7 @@ BARE = re.compile(rf"(?<![\w/.-])([\w-]+(?:{'|'.join(re.escape(s) for s in BARE_
 DOTTED = re.compile(rf"(?<![\w./-])((?:{'|'.join(PACKAGES)})(?:\.\w+)+)")
 
 
-@dataclass(frozen=True)
-class Mention:
+class Mention(NamedTuple):
     """One path-like token: the file it appears in, its line and the token."""
 
     source: Path
