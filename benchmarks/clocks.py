@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-GPU_GENERATION_SHARE = 0.90  # plain TRL's generation share of a GPU step (DESIGN.md, H100)
+GPU_GENERATION_SHARE = 0.90  # plain TRL's generation share of a GPU step (../shared/DESIGN.md, H100)
 SENSITIVITY_SHARES = (0.70, 0.95)  # the shares the report also prices every run at
 TARGET_FRACTIONS = (0.5, 0.75, 1.0)  # targets: plain TRL's mean accuracy at these fractions of its budget
 

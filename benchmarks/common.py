@@ -8,6 +8,7 @@ load hits every trainer alike, and results are printed as ratios to TRL with the
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from datasets import Dataset
@@ -18,8 +19,11 @@ from trl import GRPOConfig, GRPOTrainer
 from grpo_hub.tasks import build_tiny_model
 from grpo_hub.tasks.tiny_model import MODEL_SHAPE
 from grpo_hub.training.config import GRPOHubConfig
+from grpo_hub.training.config_files import read_config
 from grpo_hub.training.trainer import GRPOHubTrainer
 
+# The recipe's settings for the random tiny model (`recipes/grpo.py --task digits`), read from its preset.
+SMOKE_SETTINGS = read_config(Path(__file__).resolve().parents[1] / "recipes" / "configs" / "grpo.yaml")
 # Big enough that the training forward/backward dominates per-step Python overhead on a CPU core.
 MEDIUM_SHAPE = {
     "hidden_size": 256,

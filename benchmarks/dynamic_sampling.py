@@ -23,8 +23,8 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
+from benchmarks.common import SMOKE_SETTINGS
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
-from grpo_hub.tasks import RECOMMENDED_TINY_CONFIG as TINY
 from grpo_hub.tasks import build_tiny_model, digit_fraction_reward, load_task_dataset
 
 CONFIGS = {
@@ -84,10 +84,10 @@ def run(model_dir: str, train_data: Dataset, steps: int, extra: dict) -> Clock:
         seed=0,
         shuffle_dataset=False,
         learning_rate=LEARNING_RATE,
-        num_generations=TINY["num_generations"],
-        per_device_train_batch_size=TINY["per_device_train_batch_size"],
-        max_completion_length=TINY["max_completion_length"],
-        beta=TINY["beta"],
+        num_generations=SMOKE_SETTINGS["num_generations"],
+        per_device_train_batch_size=SMOKE_SETTINGS["per_device_train_batch_size"],
+        max_completion_length=SMOKE_SETTINGS["max_completion_length"],
+        beta=SMOKE_SETTINGS["beta"],
         **extra,
     )
     trainer = GRPOHubTrainer(

@@ -14,7 +14,7 @@ import torch
 from datasets import Dataset
 from peft import LoraConfig
 
-from grpo_hub.tasks import RECOMMENDED_TINY_CONFIG as TINY
+from benchmarks.common import SMOKE_SETTINGS
 from grpo_hub.tasks import (
     arithmetic,
     build_arithmetic_model,
@@ -72,13 +72,13 @@ def synthetic_task(n_train: int | None = None) -> Task:
         batch = tokenizer(rows, return_tensors="pt", padding=True).to(model.device)
         tokenizer.padding_side = side
         model.eval()
-        out = model.generate(**batch, max_new_tokens=TINY["max_completion_length"], do_sample=True)
+        out = model.generate(**batch, max_new_tokens=SMOKE_SETTINGS["max_completion_length"], do_sample=True)
         completions = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         rewards = reward(rows, completions)
         return sum(rewards) / len(rewards)
 
     args = {
-        k: TINY[k]
+        k: SMOKE_SETTINGS[k]
         for k in ("num_generations", "per_device_train_batch_size", "max_completion_length", "beta")
     }
     return Task(

@@ -6,12 +6,12 @@
     accelerate launch --config_file recipes/accelerate/cpu-ddp.yaml recipes/grpo.py   # 2 CPU ranks
 
 With no arguments it trains a LoRA adapter on the shipped chain model (`grpo_hub.tasks.chain_model_path`) for
-the built-in "chain" task (multi-step arithmetic with a scratchpad) with `RECOMMENDED_CHAIN_CONFIG` (the same
-as recipes/configs/chain.yaml) and prints held-out accuracy before -> after. `--task digits` (or any task other
-than "chain") starts from the random tiny model with `RECOMMENDED_TINY_CONFIG` (lr 3e-2, 4 generations, 16
-completion tokens). Those defaults suit only the offline models: for a real model (`--model_name_or_path
-Qwen/...`) start from `recipes/configs/qwen2.5-0.5b-math.yaml`. On a machine without CUDA the defaults are
-`use_cpu=True, bf16=False`.
+the built-in "chain" task (multi-step arithmetic with a scratchpad) with the settings it reads from
+recipes/configs/chain.yaml and prints held-out accuracy before -> after. `--task digits` (or any task other than
+"chain") starts from the random tiny model with the settings it reads from recipes/configs/grpo.yaml (lr 3e-2,
+4 generations, 16 completion tokens). Those defaults suit only the offline models: for a real model
+(`--model_name_or_path Qwen/...`) start from `recipes/configs/qwen2.5-0.5b-math.yaml`. On a machine without CUDA
+the defaults are `use_cpu=True, bf16=False`.
 
 Every `GRPOHubConfig`, `ModelConfig` and `RecipeArguments` field is a flag or a YAML key (`--config`).
 At the end the main process prints a summary (steps, world size, mean reward of the first vs last logged
@@ -45,8 +45,6 @@ from grpo_hub.hub import HubPushCallback
 from grpo_hub.tasks import (
     DEFAULT_TASK,
     OFFLINE_MODELS,
-    RECOMMENDED_CHAIN_CONFIG,
-    RECOMMENDED_TINY_CONFIG,
     SCORED_TASKS,
     build_tiny_model,
     get_reward_funcs,
@@ -59,6 +57,9 @@ logger = logging.getLogger(__name__)
 SUMMARY_FILE = "run_summary.json"
 SUMMARY_WINDOW = 5  # steps averaged at each end of the reward history
 LEVEL_MEANING = {"chain": "steps in the chain", "arithmetic": "digits of the first operand"}
+PRESETS = Path(__file__).resolve().parent / "configs"
+TASK_PRESETS = {"chain": "chain.yaml"}  # a task's defaults, written out; any other task runs SMOKE_PRESET's
+SMOKE_PRESET = "grpo.yaml"  # the random tiny model's settings
 
 
 @dataclass
@@ -110,11 +111,9 @@ class RecipeArguments:
             )
 
 
-def task_defaults(task: str) -> tuple[dict, str]:
-    """(recommended settings, output folder) of the recipe for `task` run on its offline model."""
-    if task == "chain":
-        return RECOMMENDED_CHAIN_CONFIG, "outputs/chain"
-    return RECOMMENDED_TINY_CONFIG, "outputs/grpo-tiny"
+def task_preset(task: str) -> Path:
+    """The YAML whose settings are the recipe's defaults for `task` run on its offline model."""
+    return PRESETS / TASK_PRESETS.get(task, SMOKE_PRESET)
 
 
 def fail(message: str):
@@ -188,23 +187,9 @@ class RecipeParser(TrlParser):
 
 
 def recipe_defaults(task: str, has_cuda: bool) -> dict:
-    """Parser defaults of the offline run of `task` (a YAML `--config` and CLI flags override them)."""
-    recommended, output_dir = task_defaults(task)
-    defaults = {k: v for k, v in recommended.items() if not k.startswith("lora_")}
-    defaults.update(
-        output_dir=output_dir,
-        use_peft=True,
-        lora_r=recommended["lora_r"],
-        lora_alpha=recommended["lora_alpha"],
-        lora_target_modules=recommended["lora_target_modules"],
-        lora_dropout=0.0,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=not has_cuda,
-        bf16=has_cuda,
-    )
-    return defaults
+    """Parser defaults of the offline run of `task`: its preset's keys, on the machine's device (a YAML `--config`
+    and CLI flags override them)."""
+    return {**config_files.read_config(task_preset(task)), "use_cpu": not has_cuda, "bf16": has_cuda}
 
 
 def make_parser(argv: list[str] | None = None) -> TrlParser:
@@ -303,7 +288,8 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
     model_name = model_args.model_name_or_path or OFFLINE_MODELS.get(recipe_args.task, build_tiny_model)()
     if (
         model_args.model_name_or_path
-        and training_args.learning_rate == task_defaults(recipe_args.task)[0]["learning_rate"]
+        and training_args.learning_rate
+        == config_files.read_config(task_preset(recipe_args.task))["learning_rate"]
     ):
         logger.warning(
             "learning_rate=%s is the offline model's default; for a real model set --learning_rate (e.g. 1e-5) "

@@ -62,6 +62,24 @@ def half_signal_reward(prompts, completions, completion_ids, **kwargs):
     ]
 
 
+def constant_reward(prompts, completions, **kwargs):
+    """Reward 1 for every completion: every group is zero-signal."""
+    return [1.0] * len(completions)
+
+
+def step_logs(run) -> list[dict]:
+    """The per-step log entries (those with a loss; TRL's final summary has none) of a trainer, or of a worker's
+    rank result dict (`log_history`, `global_step`: tests/training/distributed/worker_common.py); one per step."""
+    history, steps = (
+        (run["log_history"], run["global_step"])
+        if isinstance(run, dict)
+        else (run.state.log_history, run.state.global_step)
+    )
+    logs = [entry for entry in history if "loss" in entry]
+    assert len(logs) == steps, f"expected one log per step, got {len(logs)} for {steps} steps"
+    return logs
+
+
 def scored_batch(trainer, seed: int = 0) -> dict:
     """One generation batch (2 prompts x num_generations) scored by `trainer` in training mode; the same `seed`
     gives the same completions."""

@@ -16,8 +16,6 @@ from grpo_hub.tasks.arithmetic_model import build_arithmetic_model
 from grpo_hub.tasks.builtin import (
     DEFAULT_TASK,
     OFFLINE_TASKS,
-    RECOMMENDED_CHAIN_CONFIG,
-    RECOMMENDED_TINY_CONFIG,
     SMOKE_TASK,
     TASKS,
     answer_format_reward,
@@ -43,8 +41,6 @@ __all__ = [
     "OFFLINE_MODELS",
     "DEFAULT_TASK",
     "OFFLINE_TASKS",
-    "RECOMMENDED_CHAIN_CONFIG",
-    "RECOMMENDED_TINY_CONFIG",
     "SCORED_TASKS",
     "SMOKE_TASK",
     "TASKS",

@@ -10,10 +10,10 @@ reward_funcs = get_reward_funcs(DEFAULT_TASK)       # TRL reward callables
 Tasks
 - `"chain"` (default): "37+5*3-4=" as a chat message, answered with a scratchpad ("37+5=42,42*3=126,126-4=122")
   -> `chain_correctness_reward` (the final integer); 2,000 held-out problems (`grpo_hub.tasks.chain`). Its
-  model is the shipped `chain_model_path()`, its settings `RECOMMENDED_CHAIN_CONFIG`.
+  model is the shipped `chain_model_path()`, its settings recipes/configs/chain.yaml (the recipe's main job).
 - `"digits"`: "Write only digits: 4 1 7" -> reward = fraction of non-whitespace completion
   characters that are digits. Graded in [0, 1]; a random model scores ~0.18. A smoke task: the random tiny
-  model learns to print digits (a reward hack, nothing to generalise); settings `RECOMMENDED_TINY_CONFIG`.
+  model learns to print digits (a reward hack, nothing to generalise); settings recipes/configs/grpo.yaml.
 - `"digits_or_letters"`: "Write only digits:" or "Write only letters:" -> reward = fraction of characters
   of the asked kind. The model must read the prompt; full fine-tuning learns it, LoRA much more slowly.
 - `"arithmetic"`: "37+5=" as a chat message -> `arithmetic_correctness_reward` (exact integer) +
@@ -23,7 +23,7 @@ Tasks
   question/answer; needs the `math` extra) -> `math_correctness_reward` (math_verify) +
   `answer_format_reward`.
 
-Measured on 2 shared CPU cores with plain `trl.GRPOTrainer` and `RECOMMENDED_TINY_CONFIG`
+Measured on 2 shared CPU cores with plain `trl.GRPOTrainer` and the settings of recipes/configs/grpo.yaml
 (num_generations 4, batch 16, 16 completion tokens, beta 0, ~0.3-0.5 s/step), mean reward of the first
 5 vs the last 5 of 30 steps:
 - digits, LoRA r16/alpha32 all-linear, lr 3e-2: 0.17 -> 1.00
@@ -47,30 +47,6 @@ DEFAULT_TASK = "chain"
 SMOKE_TASK = "digits"  # the random tiny model's task: learns in seconds (tests, benchmarks of the plumbing)
 OFFLINE_TASKS = ("chain", "digits", "digits_or_letters", "arithmetic")
 TASKS = (*OFFLINE_TASKS, "gsm8k")
-RECOMMENDED_TINY_CONFIG = {
-    "learning_rate": 3e-2,
-    "lora_r": 16,
-    "lora_alpha": 32,
-    "lora_target_modules": "all-linear",
-    "max_steps": 30,
-    "num_generations": 4,
-    "per_device_train_batch_size": 16,
-    "max_completion_length": 16,
-    "beta": 0.0,
-    "temperature": 1.0,
-}
-RECOMMENDED_CHAIN_CONFIG = {  # recipes/configs/chain.yaml: the main job (docs/tasks.md has the measurements)
-    "learning_rate": 1e-3,
-    "lora_r": 16,
-    "lora_alpha": 32,
-    "lora_target_modules": "all-linear",
-    "max_steps": 200,
-    "num_generations": 8,
-    "per_device_train_batch_size": 64,
-    "max_completion_length": 48,
-    "beta": 0.0,
-    "temperature": 1.0,
-}
 GSM8K_SYSTEM = "Solve the problem. Think step by step, then give the final answer inside \\boxed{}."
 
 __all__ = [

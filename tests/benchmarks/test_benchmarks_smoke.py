@@ -1,7 +1,7 @@
 """Smoke test of `python -m benchmarks --quick`: every benchmark runs and prints its full table.
 
-Checks the rows and that every ratio is a finite number; never a timing value (see DESIGN.md, "Benchmarks,
-not timed tests").
+Checks the rows and that every ratio is a finite number; never a timing value (see ../shared/DESIGN.md,
+"Benchmarks, not timed tests").
 """
 
 import math

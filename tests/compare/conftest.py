@@ -1,10 +1,30 @@
 """Fixtures of the Space tests: adapters made on the offline tiny base (`tiny_model_dir`, tests/conftest.py),
-trained, random and zero."""
+trained, random and zero; `wait_until_served` for the tests that start the Space."""
 
 import json
 import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
+
+STARTUP_S = 180
+
+
+def wait_until_served(url: str, process: subprocess.Popen, log: Path) -> None:
+    """Poll `url` until it answers; fail with the server log if the process exits or never answers."""
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the Space exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"the Space did not answer within {STARTUP_S} s:\n{log.read_text()[-3000:]}")
 
 
 def _save_lora(base: str, folder, init_lora_weights) -> str:

@@ -8,14 +8,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from grpo_hub import compare as C
 from grpo_hub.tasks import chain
+from tests.compare.conftest import wait_until_served
 from tests.conftest import REPO_ROOT, free_port, requires, skip_or_fail
 
 pytestmark = pytest.mark.browser
@@ -32,21 +31,6 @@ FLAGS = [
 ]
 PROMPT = "Write only digits: 4 1 7"
 SEED = 7
-STARTUP_S = 180
-
-
-def wait_until_served(url: str, process: subprocess.Popen, log: Path) -> None:
-    """Poll `url` until it answers; fail with the server log if the process exits or never answers."""
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"the Space exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=5):
-                return
-        except OSError:
-            time.sleep(0.5)
-    pytest.fail(f"the Space did not answer within {STARTUP_S} s:\n{log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="module")

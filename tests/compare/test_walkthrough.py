@@ -11,13 +11,13 @@ import urllib.request
 
 import pytest
 
-from grpo_hub.tasks import RECOMMENDED_CHAIN_CONFIG, chain
+from grpo_hub.tasks import chain
 from grpo_hub.tasks.arithmetic import chat_text
-from tests.compare.test_browser import wait_until_served
+from tests.compare.conftest import wait_until_served
 from tests.conftest import free_port, requires
 from tests.hub.conftest import ALICE, TOKENS, point_client_at
 from tests.hub.fake_hub import FakeHub, validate_card_yaml
-from tests.recipes.test_recipe import launch
+from tests.recipes.helpers import launch, preset
 
 pytestmark = pytest.mark.hub
 PROMPT = chat_text(chain.heldout_problems()[-1].question)  # a level-4 held-out problem, as the model reads it
@@ -62,7 +62,7 @@ def test_train_push_deploy_compare(tmp_path, monkeypatch, capsys):
         assert "reward_curve.png" in files and "No metrics were logged" not in card.text
         assert (
             "loss variant **`dapo`**, 4 training steps" in card.text
-            and f"| `learning_rate` | {RECOMMENDED_CHAIN_CONFIG['learning_rate']:.4g} |" in card.text
+            and f"| `learning_rate` | {preset('chain.yaml')['learning_rate']:.4g} |" in card.text
         )
         assert "--base-model OWNER/BASE" in card.text  # the recipe's base is a local folder: the card says so
 

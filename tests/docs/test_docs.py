@@ -1,8 +1,11 @@
-"""The docs stay true: generated field reference current, field help present, README small, links resolve."""
+"""The docs stay true: generated field reference current, field help present, README small, links resolve,
+every repository path named in prose exists (the rule: tests/docs/repo_paths.py)."""
 
 import importlib.util
 import re
 from pathlib import Path
+
+from tests.docs.repo_paths import Checker, scanned_files
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -14,7 +17,6 @@ SETUP_LINES = (
 )
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
-REPO_PATH = re.compile(r"(?<![\w/.-])((?:grpo_hub|recipes|benchmarks|spaces_app|tests|docs)/[\w./-]*)")
 
 
 def load_generator():
@@ -85,7 +87,7 @@ def test_readme_is_the_front_door():
 
 
 def test_relative_links_resolve():
-    pages = [README, *sorted(DOCS.glob("*.md"))]
+    pages = [path for path in scanned_files() if path.suffix == ".md"]
     broken = []
     for page in pages:
         for line in prose_lines(page):
@@ -102,10 +104,29 @@ def test_relative_links_resolve():
 
 
 def test_named_repository_paths_exist():
-    """Paths such as `grpo_hub/algos/losses.py` or `tests/hub/` in the docs follow the layout."""
-    missing = []
-    for page in [README, *sorted(DOCS.glob("*.md"))]:
-        for path in REPO_PATH.findall(page.read_text(encoding="utf-8")):
-            if not (ROOT / path.rstrip(".")).exists():
-                missing.append(f"{page.relative_to(ROOT)}: {path}")
+    """Paths such as `grpo_hub/algos/losses.py`, `training/turns.py`, `chain.yaml` or `grpo_hub.tasks.chain` in
+    every page, YAML comment and Python comment or docstring follow the layout."""
+    checker = Checker()
+    missing = [str(mention) for path in scanned_files() for mention in checker.missing(path)]
     assert not missing, "paths that do not exist:\n" + "\n".join(missing)
+
+
+def test_the_path_rule_flags_stale_paths_and_skips_urls_and_other_projects(tmp_path):
+    module = tmp_path / "planted.py"
+    module.write_text(
+        '"""Moved: grpo_hub/turns.py and grpo_hub.reference; kept: grpo_hub/training/turns.py::TurnSplit."""\n'
+        "# training/turns.py:12, grpo_hub.training.reference, grpo_hub.tasks.chain_model_path, chain.yaml\n"
+        "# gone: training/nowhere.py, grpo_hub.tasks.no_such_name, recipes/configs/gone.yaml, gone.yaml\n"
+        "# skipped: https://github.com/o/r/blob/main/grpo_hub/x.py, trl/trainer/grpo_trainer.py, ray_trainer.py\n"
+        "# globs end at their folder: recipes/configs/*.yaml, recipes/configs/<name>.yaml\n"
+        'NOT_PROSE = "grpo_hub/not_checked.py"\n'
+    )
+    found = {(m.line, m.token) for m in Checker().missing(module)}
+    assert found == {
+        (1, "grpo_hub/turns.py"),
+        (1, "grpo_hub.reference"),
+        (3, "training/nowhere.py"),
+        (3, "grpo_hub.tasks.no_such_name"),
+        (3, "recipes/configs/gone.yaml"),
+        (3, "gone.yaml"),
+    }

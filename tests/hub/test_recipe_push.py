@@ -6,7 +6,7 @@ from safetensors.torch import load, load_file
 
 from tests.conftest import requires
 from tests.hub.conftest import ALICE
-from tests.recipes.test_recipe import launch
+from tests.recipes.helpers import launch
 from tests.training.distributed.launch import partitioned_zero3_config
 
 REPO = "alice/zero3-recipe-lora"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.recipes.test_recipe import CONFIGS, load_recipe, parse
+from tests.recipes.helpers import CONFIGS, load_recipe, parse
 
 STEPS = (
     200  # 100 gained only +2 points on a 2-core machine of another CPU type (the SFT model differs slightly)

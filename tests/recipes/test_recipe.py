@@ -1,17 +1,15 @@
 """recipes/grpo.py: default run (subprocess, learns), every YAML parses, few-step runs of each CPU config, CLI errors."""
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.conftest import REPO_ROOT, free_port, requires
+from tests.conftest import requires
+from tests.recipes.helpers import CONFIGS, RECIPE, launch, load_recipe, parse, preset
 from tests.training.distributed.launch import launch_env, run_isolated
 
-RECIPE = REPO_ROOT / "recipes" / "grpo.py"
-CONFIGS = REPO_ROOT / "recipes" / "configs"
 CPU_CONFIGS = ("grpo", "gspo", "cispo", "filtered", "ref-refresh")
 ARITHMETIC_CONFIGS = ("arithmetic", "arithmetic-full")  # run by tests/recipes/test_arithmetic_recipe.py
 CHAIN_FAST = {
@@ -28,40 +26,9 @@ FULL_FINE_TUNING = ("arithmetic-full", "chain-full", "chain-full-fast")
 ALL_CONFIGS = (*CPU_CONFIGS, *ARITHMETIC_CONFIGS, *CHAIN_CONFIGS, "vllm-colocate", "qwen2.5-0.5b-math")
 
 
-def load_recipe():
-    """Import recipes/grpo.py as a module (recipes/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("grpo_recipe", RECIPE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def recipe():
     return load_recipe()
-
-
-def parse(recipe, *argv):
-    return recipe.make_parser(list(argv)).parse_args_and_config(list(argv))
-
-
-def launch(tmp_path, *args, accelerate_config=None, timeout=600, env=None):
-    """`accelerate launch recipes/grpo.py ARGS --output_dir tmp/out` (`env` overrides `launch_env()`);
-    return (summary dict, output dir). The console output is kept in tmp/console.log."""
-    out = tmp_path / "out"
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
-    if accelerate_config:
-        config = Path(accelerate_config)
-        config = config if config.is_absolute() else REPO_ROOT / "recipes" / "accelerate" / config
-        command += ["--config_file", str(config)]
-    else:
-        command += ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no"]
-    command += [str(RECIPE), *args, "--output_dir", str(out)]
-    console = run_isolated(command, tmp_path, {**launch_env(), **(env or {})}, timeout, "recipe run")
-    (tmp_path / "console.log").write_text(console)
-    assert "GRPO done:" in console
-    return json.loads((out / "run_summary.json").read_text()), out
 
 
 @pytest.mark.slow
@@ -96,20 +63,34 @@ def test_digits_task_by_flag_learns_with_the_tiny_settings(tmp_path):
     assert "heldout_before" not in summary and (out / "adapter_model.safetensors").is_file()
 
 
-def test_defaults_follow_the_task_named_on_the_command_line_or_in_the_yaml(recipe):
-    from grpo_hub.tasks import RECOMMENDED_CHAIN_CONFIG, RECOMMENDED_TINY_CONFIG
+def resolved(recipe, *argv) -> list[dict]:
+    """The recipe's parsed (RecipeArguments, GRPOHubConfig, ModelConfig) for `argv`, as plain mappings."""
+    recipe_args, training_args, model_args = parse(recipe, *argv)
+    return [vars(recipe_args), training_args.to_dict(), vars(model_args)]
 
-    for argv, task, recommended, output_dir in [
-        ([], "chain", RECOMMENDED_CHAIN_CONFIG, "outputs/chain"),
-        (["--task", "digits"], "digits", RECOMMENDED_TINY_CONFIG, "outputs/grpo-tiny"),
-        (["--task=digits_or_letters"], "digits_or_letters", RECOMMENDED_TINY_CONFIG, "outputs/grpo-tiny"),
-        (["--config", str(CONFIGS / "grpo.yaml")], "digits", RECOMMENDED_TINY_CONFIG, "outputs/grpo"),
-    ]:
-        recipe_args, training_args, model_args = parse(recipe, *argv)
-        assert recipe_args.task == task and training_args.output_dir == output_dir
-        assert training_args.learning_rate == recommended["learning_rate"]
-        assert training_args.max_completion_length == recommended["max_completion_length"]
-        assert model_args.lora_r == recommended["lora_r"]
+
+def test_the_defaults_are_the_task_presets_read_from_their_yaml(recipe):
+    """No arguments = chain.yaml, `--task digits` = grpo.yaml, key for key; another task keeps grpo.yaml's rest."""
+    assert resolved(recipe) == resolved(recipe, "--config", str(CONFIGS / "chain.yaml"))
+    assert resolved(recipe, "--task", "digits") == resolved(recipe, "--config", str(CONFIGS / "grpo.yaml"))
+    other = resolved(recipe, "--task=digits_or_letters")
+    assert other[0]["task"] == "digits_or_letters"
+    assert other[1:] == resolved(recipe, "--config", str(CONFIGS / "grpo.yaml"))[1:]
+    chain, tiny = preset("chain.yaml"), preset("grpo.yaml")
+    assert (
+        chain["output_dir"] == "outputs/chain" and tiny["output_dir"] == "outputs/grpo-tiny"
+    )  # README's folders
+    assert chain["learning_rate"] != tiny["learning_rate"]  # the two defaults are really different presets
+
+
+def test_a_preset_with_a_base_states_only_what_differs_from_it():
+    children = [path for path in sorted(CONFIGS.glob("*.yaml")) if "base" in yaml.safe_load(path.read_text())]
+    assert len(children) >= 8
+    for path in children:
+        own = yaml.safe_load(path.read_text())
+        parent = preset(own.pop("base"))
+        same = sorted(key for key, value in own.items() if key in parent and parent[key] == value)
+        assert not same, f"{path.name} repeats its parent's {same}: drop them"
 
 
 def test_pass_k_outside_the_arithmetic_task_is_refused(recipe):

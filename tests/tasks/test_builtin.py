@@ -9,7 +9,6 @@ import pytest
 
 from grpo_hub.tasks import (
     DEFAULT_TASK,
-    RECOMMENDED_TINY_CONFIG,
     SMOKE_TASK,
     TASKS,
     answer_format_reward,
@@ -21,6 +20,7 @@ from grpo_hub.tasks import (
     math_correctness_reward,
 )
 from tests.conftest import requires
+from tests.recipes.helpers import preset
 
 
 @pytest.fixture(scope="module")
@@ -197,12 +197,14 @@ def test_gsm8k_task_loads_a_local_dataset(tmp_path):
 
 @pytest.mark.slow
 def test_plain_trl_grpo_raises_the_digit_reward(tiny_path, tmp_path):
-    """30 LoRA GRPO steps with plain TRL and the recommended config: the mean reward must clearly rise."""
+    """30 LoRA GRPO steps with plain TRL and the recipe's smoke settings: the mean reward must clearly rise."""
     from peft import LoraConfig
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    cfg = RECOMMENDED_TINY_CONFIG
+    cfg = preset("grpo.yaml")  # the recipe's `--task digits` settings
+    trained = ("learning_rate", "max_steps", "num_generations", "per_device_train_batch_size")
+    trained += ("max_completion_length", "beta", "temperature", "loss_type", "logging_steps", "save_strategy")
     rewards = []
 
     class RecordReward(TrainerCallback):
@@ -215,16 +217,15 @@ def test_plain_trl_grpo_raises_the_digit_reward(tiny_path, tmp_path):
         use_cpu=True,
         bf16=False,
         report_to="none",
-        save_strategy="no",
-        logging_steps=1,
         seed=0,
         disable_tqdm=True,
-        **{k: v for k, v in cfg.items() if not k.startswith("lora_")},
+        **{k: cfg[k] for k in trained},
     )
     peft_config = LoraConfig(
         r=cfg["lora_r"],
         lora_alpha=cfg["lora_alpha"],
         target_modules=cfg["lora_target_modules"],
+        lora_dropout=cfg["lora_dropout"],
         task_type="CAUSAL_LM",
     )
     trainer = GRPOTrainer(

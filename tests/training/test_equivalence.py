@@ -32,8 +32,8 @@ from trl import GRPOConfig, GRPOTrainer
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import make_trainer, scored_batch, tiny_config
 from tests.training.equivalence_runs import Layout, logged_rewards, train, trained_weights
+from tests.training.helpers import run as run_probed
 from tests.training.test_compatibility import ALL_NORMALISER, SWITCHES
-from tests.training.test_packing import run as run_probed
 
 # (steps_per_generation, gradient_accumulation_steps, num_iterations, reward functions, LoRA)
 GRID = [

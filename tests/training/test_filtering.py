@@ -11,7 +11,7 @@ from trl.trainer.utils import split_tensor_dict
 from grpo_hub.algos.filtering import agreed_row_count, keep_rows, micro_step_row_counts
 from grpo_hub.training.filtering import SIGNAL_ROWS, drop_micro_batch_rows
 from grpo_hub.training.trainer import GRPOHubTrainer
-from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer, tiny_config
+from tests.helpers import constant_reward, half_signal_dataset, half_signal_reward, make_trainer, tiny_config
 
 SETTINGS = {"gradient_accumulation_steps": 2, "shuffle_dataset": False}
 
@@ -144,10 +144,6 @@ def test_kept_denominator_renormalises_over_surviving_rows(tmp_path, tiny_model_
         factor = 2.0
     assert factor > 1
     torch.testing.assert_close(grads_on, grads_off * factor, rtol=1e-4, atol=1e-5)
-
-
-def constant_reward(prompts, completions, **kwargs):
-    return [1.0] * len(completions)
 
 
 @pytest.mark.parametrize(

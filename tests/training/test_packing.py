@@ -3,49 +3,9 @@
 
 import pytest
 import torch
-from transformers import TrainerCallback
 
-from grpo_hub.training.trainer import GRPOHubTrainer
-from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer, tiny_config
-from tests.training.test_filtering import constant_reward
-
-BASE = {
-    "shuffle_dataset": False,
-    "learning_rate": 0.0,
-    "max_steps": 2,
-}  # lr 0: every run sees the same rollouts
-
-
-class StepProbe(TrainerCallback):
-    """Flat gradient at every optimizer step, and the number of forwards that build a graph."""
-
-    def __init__(self):
-        self.grads, self.forwards = [], 0
-
-    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-        self.grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]))
-
-
-def run(tmp_path, model_dir, reward=half_signal_reward, **overrides):
-    args = tiny_config(tmp_path, **{**BASE, **overrides})
-    probe = StepProbe()
-    trainer = make_trainer(
-        GRPOHubTrainer,
-        model_dir,
-        args,
-        reward_funcs=[reward],
-        dataset=half_signal_dataset(),
-        callbacks=[probe],
-    )
-
-    def count(module, args, kwargs):
-        probe.forwards += torch.is_grad_enabled()
-
-    trainer.model.register_forward_pre_hook(count, with_kwargs=True)
-    trainer.train()
-    probe.logs = [h for h in trainer.state.log_history if "zero_signal/micro_steps_run" in h]
-    return probe
-
+from tests.helpers import constant_reward, tiny_config
+from tests.training.helpers import run
 
 LAYOUTS = {
     "steps=accumulation=2": {"gradient_accumulation_steps": 2},

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import math
 
-
-def step_logs(result: dict) -> list[dict]:
-    """Rank 0's per-step log entries (TRL logs every step; the final summary entry has no "loss")."""
-    logs = [entry for entry in result["log_history"] if "loss" in entry]
-    assert len(logs) == result["global_step"], f"expected one log per step, got {len(logs)}"
-    return logs
+from tests.helpers import step_logs
 
 
 def assert_two_rank_world(result: dict, distributed_type: str) -> None:

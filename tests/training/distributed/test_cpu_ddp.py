@@ -11,7 +11,8 @@ import math
 
 import pytest
 
-from tests.training.distributed.checks import assert_trained_in_sync, assert_two_rank_world, step_logs
+from tests.helpers import step_logs
+from tests.training.distributed.checks import assert_trained_in_sync, assert_two_rank_world
 from tests.training.distributed.launch import run_accelerate_runs
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]

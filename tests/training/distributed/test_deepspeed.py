@@ -12,7 +12,8 @@ import json
 import pytest
 
 from tests.conftest import requires
-from tests.training.distributed.checks import assert_trained_in_sync, assert_two_rank_world, step_logs
+from tests.helpers import step_logs
+from tests.training.distributed.checks import assert_trained_in_sync, assert_two_rank_world
 from tests.training.distributed.launch import run_accelerate_runs
 
 pytestmark = [pytest.mark.distributed, pytest.mark.deepspeed, pytest.mark.slow]

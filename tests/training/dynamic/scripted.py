@@ -13,7 +13,18 @@ from __future__ import annotations
 
 import re
 
-from grpo_hub.tasks.tool_task import tool_call_text
+from transformers import AutoModelForCausalLM
+
+from grpo_hub.tasks.tool_task import (
+    add,
+    answer_reward,
+    load_tool_dataset,
+    tool_call_text,
+    tool_call_turn_reward,
+    tool_tokenizer,
+)
+from grpo_hub.training.trainer import GRPOHubTrainer
+from tests.helpers import tiny_config
 
 PLANS = ("right", "wrong-answer", "wrong-call", "direct")
 TURN_REWARDS = ([1.0, 1.0], [1.0, 0.0], [0.0, 0.0], [1.0])
@@ -47,3 +58,27 @@ class ScriptedRollouts:
             completions.append(tool_call_text(a, b + (plan == "wrong-call")))
             self.pending.append((a, b, plan))
         return [self._ids(text) for text in completions], None
+
+
+def tool_trainer(tmp_path, model_dir, **overrides):
+    """A GRPOHubTrainer on the tool task (turn-level ratios and advantages unless `overrides` say otherwise) whose
+    generation is `ScriptedRollouts`."""
+    settings = {
+        "max_completion_length": 200,
+        "shuffle_dataset": False,
+        "loss_type": "grpo",
+        "importance_sampling_level": "turn",
+        "turn_advantages": "turn",
+        **overrides,
+    }
+    tokenizer = tool_tokenizer(model_dir)
+    trainer = GRPOHubTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        reward_funcs=[tool_call_turn_reward, answer_reward],
+        tools=[add],
+        train_dataset=load_tool_dataset(32),
+        processing_class=tokenizer,
+        args=tiny_config(tmp_path, **settings),
+    )
+    trainer._generate_single_turn = ScriptedRollouts(trainer.processing_class)
+    return trainer

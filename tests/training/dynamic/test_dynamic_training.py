@@ -7,7 +7,7 @@ import torch
 
 from grpo_hub.training.config import GRPOHubConfig
 from grpo_hub.training.trainer import GRPOHubTrainer
-from tests.helpers import make_trainer, tiny_config
+from tests.helpers import make_trainer, step_logs, tiny_config
 
 from .degenerate import degenerate_dataset, mostly_flat_digit_reward, mostly_flat_reward
 
@@ -39,10 +39,6 @@ def trained_prompts(trainer) -> list[str]:
 
     trainer.model.register_forward_pre_hook(record, with_kwargs=True)
     return texts
-
-
-def step_logs(trainer) -> list[dict]:
-    return [entry for entry in trainer.state.log_history if "loss" in entry]
 
 
 def test_dynamic_sampling_trains_full_informative_batches_where_filtering_cannot(tmp_path, tiny_model_dir):

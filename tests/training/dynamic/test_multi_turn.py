@@ -12,37 +12,12 @@ from grpo_hub.tasks.tool_task import (
     add,
     answer_reward,
     load_tool_dataset,
-    tool_call_turn_reward,
     tool_tokenizer,
 )
 from grpo_hub.training.turns import mt_grpo_advantages, turn_ids_from_tool_mask
-from tests.helpers import CPU, tiny_config
+from tests.helpers import CPU
 
-from .scripted import OUTCOMES, TURN_REWARDS, ScriptedRollouts
-
-
-def tool_trainer(tmp_path, model_dir, **overrides):
-    settings = {
-        "max_completion_length": 200,
-        "shuffle_dataset": False,
-        "loss_type": "grpo",
-        "importance_sampling_level": "turn",
-        "turn_advantages": "turn",
-        **overrides,
-    }
-    from transformers import AutoModelForCausalLM
-
-    tokenizer = tool_tokenizer(model_dir)
-    trainer = GRPOHubTrainer(
-        model=AutoModelForCausalLM.from_pretrained(model_dir),
-        reward_funcs=[tool_call_turn_reward, answer_reward],
-        tools=[add],
-        train_dataset=load_tool_dataset(32),
-        processing_class=tokenizer,
-        args=tiny_config(tmp_path, **settings),
-    )
-    trainer._generate_single_turn = ScriptedRollouts(trainer.processing_class)
-    return trainer
+from .scripted import OUTCOMES, TURN_REWARDS, tool_trainer
 
 
 def scored_batch(trainer):

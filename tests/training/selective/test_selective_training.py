@@ -6,7 +6,7 @@ import torch
 from trl import GRPOConfig
 
 from grpo_hub.training.trainer import GRPOHubTrainer
-from tests.helpers import make_trainer, tiny_config
+from tests.helpers import make_trainer, step_logs, tiny_config
 
 from .graded import graded_dataset, graded_reward
 
@@ -26,10 +26,6 @@ def graded_trainer(tmp_path, model_dir, n_prompts=32, **overrides):
         GRPOHubTrainer, model_dir, args, reward_funcs=[reward], dataset=graded_dataset(n_prompts)
     )
     return trainer, scored
-
-
-def step_logs(trainer) -> list[dict]:
-    return [entry for entry in trainer.state.log_history if "loss" in entry]
 
 
 def test_skipping_generates_fewer_rows_for_the_same_prompts_and_only_skips_zero_signal(

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.distributed.checks import assert_two_rank_world, step_logs
+from tests.helpers import step_logs
+from tests.training.distributed.checks import assert_two_rank_world
 from tests.training.distributed.launch import run_accelerate
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]

@@ -65,8 +65,3 @@ def run_worker(
     missing = [f"{p.parent.name}/{p.name}" for paths in results.values() for p in paths if not p.is_file()]
     assert not missing, f"ranks wrote no result {missing}:\n{output_tail(output)}"
     return {name: [json.loads(p.read_text()) for p in paths] for name, paths in results.items()}
-
-
-def step_logs(result: dict) -> list[dict]:
-    """The per-step log entries (those with a loss) of one rank's history."""
-    return [entry for entry in result["log_history"] if "loss" in entry]

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from tests.training.vllm.engine import step_logs
+from tests.helpers import step_logs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -10,8 +10,8 @@ import math
 
 import pytest
 
+from tests.helpers import step_logs
 from tests.training.vllm.conftest import ONE_RANK_RUNS, TWO_RANK_RUNS
-from tests.training.vllm.engine import step_logs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
