@@ -24,7 +24,7 @@ def imported_names(path: Path, root: Path) -> list[tuple[int, str]]:
 
 
 def imports_of_test_modules(root: Path = TESTS) -> list[str]:
-    """'importer:line imports tests.x.test_y' for every import of a test module by a module under `root`."""
+    """'importer:line imports <a test module>' for every import of a test module by a module under `root`."""
     problems = []
     for path in sorted(root.rglob("*.py")):
         for line, name in imported_names(path, root):

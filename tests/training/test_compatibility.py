@@ -19,20 +19,14 @@ from grpo_hub.training import conflicts, features, resolve_and_validate
 from grpo_hub.training.config import GRPOHubConfig
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer, tiny_config
+from tests.training.dynamic.scripted import tool_trainer
+from tests.training.helpers import ALL_NORMALISER, COMPAT_BASE, PACKABLE, outcome, trains
+from tests.training.helpers import run as run_probed
 from tests.training.reference.helpers import lora_config
-from tests.training.test_packing import run as run_probed
 
 SWITCHES = features.SWITCHES
-BASE = {"max_steps": 2, "per_device_train_batch_size": 8, "num_generations": 4, "shuffle_dataset": False}
 merged = features.pair_settings
 PAIRS = [(a, b) for a, b in itertools.combinations(SWITCHES, 2) if merged(a, b) is not None]
-
-
-def outcome(settings: dict, tmp_path="/tmp/grpo_hub_compat") -> GRPOHubConfig | ValueError:
-    try:
-        return tiny_config(tmp_path, **{**BASE, **settings})
-    except ValueError as error:
-        return error
 
 
 OUTCOMES = {pair: outcome(merged(*pair)) for pair in PAIRS}  # each pair built once, read by the tests below
@@ -81,10 +75,6 @@ def test_refusals_do_not_depend_on_the_order_of_the_checks(monkeypatch):
 
 
 # --- training: every pair that builds and shares a seam trains 2 steps with finite weights, and so do all at once ---
-def trains(name: str) -> bool:
-    return SWITCHES[name].trains and not SWITCHES[name].multi_turn
-
-
 TRAINED_PAIRS = [(a, b) for a, b in ACCEPTED if trains(a) and trains(b) and features.share_a_seam(a, b)]
 
 
@@ -112,7 +102,7 @@ def train(tmp_path, model_dir, settings: dict, needs_peft: bool):
     trainer = make_trainer(
         GRPOHubTrainer,
         model_dir,
-        tiny_config(tmp_path, **{**BASE, **settings}),
+        tiny_config(tmp_path, **{**COMPAT_BASE, **settings}),
         reward_funcs=[half_signal_reward],
         dataset=half_signal_dataset(),
         peft_config=lora_config() if needs_peft else None,
@@ -158,8 +148,6 @@ TURN_PAIRS = [
 @pytest.mark.parametrize(("first", "second"), TURN_PAIRS, ids=[f"{a}+{b}" for a, b in TURN_PAIRS])
 def test_turn_pair_trains_two_steps_on_tool_rollouts(tmp_path, tiny_model_dir, first, second):
     """turn_advantages needs per-turn rewards of tool-calling rollouts: the scripted tool task of test_multi_turn."""
-    from tests.training.dynamic.test_multi_turn import tool_trainer
-
     settings = {"importance_sampling_level": None, **merged(first, second), "max_steps": 2}
     trainer = tool_trainer(tmp_path, tiny_model_dir, **settings)
     trainer.train()
@@ -168,29 +156,6 @@ def test_turn_pair_trains_two_steps_on_tool_rollouts(tmp_path, tiny_model_dir, f
 
 
 # --- the documented equivalences, for every feature they allow ---
-def allowed(settings: dict) -> bool:
-    return not isinstance(outcome(settings), ValueError)
-
-
-PACKABLE = [
-    name
-    for name in SWITCHES
-    if trains(name)
-    and not SWITCHES[name].needs_peft
-    and name not in ("filtering", "packing")
-    and allowed({**SWITCHES[name].example, "filter_zero_signal": True, "zero_signal_pack": True})
-    and allowed({**SWITCHES[name].example, "filter_zero_signal": True, "zero_signal_pack": False})
-]
-ALL_NORMALISER = [
-    name
-    for name in SWITCHES
-    if trains(name)
-    and not SWITCHES[name].needs_peft
-    and name not in ("filtering", "packing", "dynamic_sampling")
-    and allowed({**SWITCHES[name].example, "filter_zero_signal": True, "zero_signal_normalizer": "all"})
-]
-
-
 def test_equivalences_cover_most_features():
     assert {"gspo", "cispo", "dual_clip", "loss_agg_mode", "reward_clip", "adv_clip"} <= set(PACKABLE)
     assert {"gspo", "cispo", "dual_clip", "loss_agg_mode", "reward_clip", "adv_clip"} <= set(ALL_NORMALISER)
@@ -214,14 +179,3 @@ def test_packed_equals_unpacked_with(tmp_path, tiny_model_dir, name):
     assert thin.grads and all(g.abs().sum() > 0 for g in thin.grads)
     for a, b in zip(packed.grads, thin.grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
-
-
-def test_an_invalid_value_next_to_any_switch_is_a_value_error():
-    """Resolution runs before validation: an invalid value must still end in the ValueError that names it,
-    never in a KeyError or TypeError from a resolution step, whatever switch is on beside it."""
-    from tests.training.test_config import INVALID
-
-    for name, kwargs in INVALID:
-        for feature in SWITCHES.values():
-            result = outcome({**feature.example, **kwargs})  # any exception but ValueError propagates
-            assert isinstance(result, ValueError | GRPOHubConfig), (name, feature.name)

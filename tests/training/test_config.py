@@ -13,9 +13,11 @@ import pytest
 import trl
 from trl import GRPOConfig, GRPOTrainer, TrlParser
 
+from grpo_hub.training import features
 from grpo_hub.training.compat import check_trl_seams, check_trl_version
 from grpo_hub.training.config import EFFECT_NEEDS, GRPOHubConfig
 from grpo_hub.training.validation import _allowed_types
+from tests.training.helpers import outcome
 
 OWN_FIELDS = inspect.get_annotations(GRPOHubConfig)
 
@@ -325,3 +327,12 @@ def test_issue_15_effectless_examples(kwargs):
 def test_default_valued_field_counts_as_unset():
     """`explicitly set` means `differs from the default`: a default value is accepted whatever the switches."""
     assert make(ref_adapter_sync_steps=64, zero_signal_eps=0.0, dynamic_sampling_max_rounds=4)
+
+
+def test_an_invalid_value_next_to_any_switch_is_a_value_error():
+    """Resolution runs before validation: an invalid value must still end in the ValueError that names it,
+    never in a KeyError or TypeError from a resolution step, whatever switch is on beside it."""
+    for name, kwargs in INVALID:
+        for feature in features.SWITCHES.values():
+            result = outcome({**feature.example, **kwargs})  # any exception but ValueError propagates
+            assert isinstance(result, ValueError | GRPOHubConfig), (name, feature.name)

@@ -29,11 +29,12 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
+from grpo_hub.training import features
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import make_trainer, scored_batch, tiny_config
 from tests.training.equivalence_runs import Layout, logged_rewards, train, trained_weights
+from tests.training.helpers import ALL_NORMALISER
 from tests.training.helpers import run as run_probed
-from tests.training.test_compatibility import ALL_NORMALISER, SWITCHES
 
 # (steps_per_generation, gradient_accumulation_steps, num_iterations, reward functions, LoRA)
 GRID = [
@@ -122,7 +123,7 @@ def test_filtering_with_the_all_denominator_trains_like_trl(
 def test_filtering_with_the_all_denominator_equals_no_filtering_with(tmp_path, tiny_model_dir, name):
     """FILTER_ALL beside every feature that allows it: the gradient of grpo_hub without filtering, same feature."""
     example = {
-        **SWITCHES[name].example,
+        **features.SWITCHES[name].example,
         "learning_rate": 0.0,
         "max_steps": 1,
         "gradient_accumulation_steps": 2,
