@@ -298,6 +298,14 @@ FEATURES = (
         page="vllm.md",
         trains=False,
     ),
+    Feature(
+        "vllm_adapter_sync",
+        {"use_vllm": True, "vllm_adapter_sync": True},
+        dependents=(Dependents(("vllm_adapter_sync",), "use_vllm=True", lambda c: c.use_vllm),),
+        page="vllm.md",
+        needs_peft=True,
+        trains=False,
+    ),
 )
 
 
@@ -462,6 +470,21 @@ CONFLICTS = (
             f"use multi_objective_aggregation='sum_then_normalize' or reset {name} to its default.",
         )
         for name, is_set in ADVANTAGE_EDITS.items()
+    ),
+    Conflict(
+        "vllm_adapter_sync",
+        "vllm_mode",
+        lambda c: c.vllm_adapter_sync and c.vllm_mode != "colocate",
+        "adapter-only sync is built for colocate mode; a server would need the adapter through its own "
+        "/v1/load_lora_adapter endpoint (docs/vllm.md).",
+        "use vllm_mode='colocate', or set vllm_adapter_sync=False (TRL's merged sync).",
+    ),
+    Conflict(
+        "vllm_adapter_sync",
+        "vllm_enable_sleep_mode",
+        lambda c: c.vllm_adapter_sync and c.vllm_enable_sleep_mode,
+        "sleep mode discards the engine's base weights, which adapter-only sync loads once and never pushes again.",
+        "set vllm_enable_sleep_mode=False, or vllm_adapter_sync=False.",
     ),
     Conflict(
         "vllm_is_pooling",
