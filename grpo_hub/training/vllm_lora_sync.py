@@ -52,12 +52,12 @@ def check_servable(peft_config, head_targets) -> None:
     (modules_to_save, DoRA, bias, target_parameters, head/embedding targets), vLLM 0.32 `PEFTHelper.validate_legal`
     (lora_bias, layer_replication, base-rewriting inits).
     """
-    kind = str(
-        getattr(getattr(peft_config, "peft_type", None), "value", getattr(peft_config, "peft_type", None))
-    )
+    kind = getattr(peft_config, "peft_type", None)  # PEFT's PeftType, a str enum
     if kind != "LORA":
         field_error(
-            FIELD, f"vLLM serves LoRA adapters only, got PEFT type {kind}.", f"use a LoraConfig, or {FIX}."
+            FIELD,
+            f"vLLM serves LoRA adapters only, got PEFT type {getattr(kind, 'value', kind)}.",
+            f"use a LoraConfig, or {FIX}.",
         )
     init = peft_config.init_lora_weights
     refusals = [
@@ -143,10 +143,14 @@ def adapter_engine(args, model, peft_config):
         return
     from trl.generation import vllm_generation
 
-    build = vllm_generation.LLM
-    vllm_generation.LLM = functools.partial(
-        build, **engine_lora_kwargs(trained_adapter_config(model, peft_config))
-    )
+    engine_kwargs = engine_lora_kwargs(
+        trained_adapter_config(model, peft_config)
+    )  # refusals before the engine
+    build = getattr(vllm_generation, "LLM", None)  # None without vLLM: TRL raises its ImportError
+    if build is None:
+        yield
+        return
+    vllm_generation.LLM = functools.partial(build, **engine_kwargs)
     try:
         yield
     finally:
