@@ -7,7 +7,8 @@ per run with the log history, the world size, the engine dtype and a checksum of
         --runs '{"agilerl": {"vllm_is_preset": "agilerl"}, "lora": {"lora_r": 16}}'
 
 A run's JSON holds GRPOHubConfig overrides, plus `lora_r`: train a LoRA adapter of this rank (absent: full model),
-and `probe`: record the engine against the trainer after every weight sync (sync_probe.py).
+and `probe`: record the engine against the trainer after every weight sync (sync_probe.py; "compare_merged": the
+same weights merged, too).
 The vLLM environment's python imports `tests....` through PYTHONPATH (engine.vllm_env: the repository root).
 """
 
@@ -59,7 +60,7 @@ def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
         args=args,
         train_dataset=load_task_dataset(SMOKE_TASK, n=32, seed=0),
     )
-    record = install_probe(trainer) if probe else None
+    record = install_probe(trainer, compare_merged=probe == "compare_merged") if probe else None
     trainer.train()
     write_rank_result(
         trainer,

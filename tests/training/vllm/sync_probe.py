@@ -19,13 +19,15 @@ def fixed_sequences(vocab_size: int) -> list[list[int]]:
     return torch.randint(3, vocab_size, (SEQUENCES, LENGTH), generator=generator).tolist()
 
 
-def engine_logps(llm, sequences) -> torch.Tensor:
-    """[SEQUENCES, LENGTH - 1] log-probs of each next token as the engine serves them (with the synced adapter, if
-    any: `llm.generate` is the one TRL calls)."""
+def engine_logps(llm, sequences, generate=None) -> torch.Tensor:
+    """[SEQUENCES, LENGTH - 1] log-probs of each next token as the engine serves them through `generate` (default
+    `llm.generate`, the one TRL calls: with the synced adapter, if any)."""
     from vllm import SamplingParams
 
     params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
-    outputs = llm.generate([{"prompt_token_ids": ids} for ids in sequences], params, use_tqdm=False)
+    outputs = (generate or llm.generate)(
+        [{"prompt_token_ids": ids} for ids in sequences], params, use_tqdm=False
+    )
     return torch.tensor(
         [
             [out.prompt_logprobs[i][ids[i]].logprob for i in range(1, len(ids))]
@@ -41,9 +43,29 @@ def trainer_logps(model, sequences) -> torch.Tensor:
     return logps.gather(-1, ids[:, 1:, None]).squeeze(-1)
 
 
-def install_probe(trainer) -> dict:
+def merged_logps(generation, sequences) -> torch.Tensor:
+    """The same weights served merged by the same engine: TRL's merge -> grpo_hub's CPU reload -> unmerge, scored
+    without an adapter; then the engine's base weights are reloaded from the checkpoint (the reload also drops the
+    engine's adapters, so the caller syncs again)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    from grpo_hub.training.vllm_runtime import _reload_weights
+
+    _reload_weights(generation)
+    served = engine_logps(generation.llm, sequences, type(generation.llm).generate.__get__(generation.llm))
+    runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights(is_checkpoint_format=True)  # from the checkpoint on disk: the base weights
+    for module in runner.model.modules():
+        if isinstance(module, VocabParallelEmbedding):
+            module.quant_method.process_weights_after_loading(module)
+    generation.llm.reset_prefix_cache()
+    return served
+
+
+def install_probe(trainer, compare_merged: bool = False) -> dict:
     """Wrap the trainer's engine sync: after each one record the engine-vs-trainer mean |Δ log p| on the fixed
-    sequences, the engine's log-probs, and how many parameters the sync gathered (of how many adapter tensors)."""
+    sequences, the engine's log-probs, and how many parameters the sync gathered (of how many adapter tensors).
+    `compare_merged` (with `vllm_adapter_sync`): also serve the same weights merged by the same engine."""
     generation = trainer.vllm_generation
     sequences = fixed_sequences(trainer.model.config.vocab_size)
     lora = [
@@ -64,9 +86,13 @@ def install_probe(trainer) -> dict:
 
     def probed_sync():
         sync()
-        served = engine_logps(generation.llm, sequences)
-        record["abs_logp_diff"].append((served - trainer_logps(trainer.model, sequences)).abs().mean().item())
+        served, trained = engine_logps(generation.llm, sequences), trainer_logps(trainer.model, sequences)
+        record["abs_logp_diff"].append((served - trained).abs().mean().item())
         record["engine_logps"].append(served.tolist())
+        if compare_merged:
+            merged = merged_logps(generation, sequences)
+            record.setdefault("merged_abs_logp_diff", []).append((merged - trained).abs().mean().item())
+            sync()  # the adapter again, into the restored base weights
 
     generation.sync_weights = probed_sync
     return record
