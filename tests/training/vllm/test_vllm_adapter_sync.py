@@ -10,6 +10,7 @@ import math
 import statistics
 
 import pytest
+import torch
 
 from tests.training.vllm.conftest import ADAPTER
 from tests.training.vllm.engine import step_logs
@@ -104,4 +105,5 @@ def test_two_ranks_serve_the_same_adapter(two_rank_runs):
         for log in step_logs(result):
             assert 0.0 <= log["vllm_is/frac_masked"] <= 1.0
     assert len({result["weight_checksum"] for result in results}) == 1
-    assert results[0]["probe"]["engine_logps"] == pytest.approx(results[1]["probe"]["engine_logps"], abs=1e-3)
+    per_rank = [torch.tensor(result["probe"]["engine_logps"]) for result in results]
+    assert torch.allclose(per_rank[0], per_rank[1], atol=1e-3)  # both engines serve the same synced adapter
