@@ -38,11 +38,18 @@ from transformers import TrainerCallback
 from benchmarks.common import QUIET_CPU_RUN, QWEN25_05B_CONFIG, random_model
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.tasks import chain_model_path, get_reward_funcs, load_task_dataset
+from grpo_hub.training.vllm_runtime import enable_cpu_weight_sync
 
-MODES = {"merged": {}, "adapter": {"vllm_adapter_sync": True}}  # merged = TRL's sync
-MODELS = {  # model -> (task, per-device batch, max completion tokens, learning rate)
-    "chain": ("chain", 16, 48, 1e-3),
-    "qwen2.5-0.5b": ("digits", 8, 32, 0.0),
+# merged = TRL's sync; merged-lora-engine = TRL's sync into the engine built for LoRA (no adapter served), which
+# separates what the LoRA engine costs from what the sync saves; adapter = vllm_adapter_sync.
+MODES = {
+    "merged": {},
+    "merged-lora-engine": {"vllm_adapter_sync": True},
+    "adapter": {"vllm_adapter_sync": True},
+}
+MODELS = {  # model -> (task, per-device batch, max completion tokens, learning rate, engine context length)
+    "chain": ("chain", 16, 48, 1e-3, 96),
+    "qwen2.5-0.5b": ("digits", 8, 32, 0.0, 256),
 }
 MIB = 2**20
 
@@ -138,13 +145,13 @@ def model_folder(name: str, folder: str) -> str:
 
 def run(mode: str, model_dir: str, model: str, steps: int, out_dir: str) -> list[dict]:
     """Train `steps` steps in `mode`; the per-step measurements of steps 2..steps."""
-    task, batch, completion, learning_rate = MODELS[model]
+    task, batch, completion, learning_rate, context = MODELS[model]
     args = GRPOHubConfig(
         output_dir=out_dir,
         **QUIET_CPU_RUN,
         use_vllm=True,
         vllm_mode="colocate",
-        vllm_max_model_length=256,
+        vllm_max_model_length=context,
         per_device_train_batch_size=batch,
         num_generations=4,
         max_completion_length=completion,
@@ -160,6 +167,11 @@ def run(mode: str, model_dir: str, model: str, steps: int, out_dir: str) -> list
         train_dataset=load_task_dataset(task, n=batch * steps, seed=0),
         peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", lora_dropout=0.0),
     )
+    if (
+        mode == "merged-lora-engine"
+    ):  # back to TRL's merged sync (grpo_hub's CPU reload) and adapter-free generation
+        enable_cpu_weight_sync(trainer.vllm_generation)
+        del trainer.vllm_generation.llm.generate
     meter = EngineMeter(trainer.vllm_generation)
     trainer.add_callback(meter)
     trainer.train()
@@ -184,17 +196,22 @@ def report(results: dict[str, list[dict]]) -> None:
         ),
         "whole step s": lambda rows: median(rows, "step_s"),
     }
-    merged, adapter = results["merged"], results["adapter"]
-    print(f"steps measured: merged {len(merged)}, adapter {len(adapter)} (medians)")
-    print("| figure | TRL merged sync | vllm_adapter_sync | adapter / merged |")
-    print("|---|---:|---:|---:|")
+    merged, lora_engine, adapter = (results[mode] for mode in MODES)
+    print("steps measured (medians): " + ", ".join(f"{mode} {len(rows)}" for mode, rows in results.items()))
+    print(
+        "| figure | TRL merged sync | merged, LoRA engine | vllm_adapter_sync | adapter / merged | "
+        "adapter / merged, LoRA engine |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     for name, figure in figures.items():
-        a, b = figure(merged), figure(adapter)
-        print(f"| {name} | {a:.4g} | {b:.4g} | {b / a if a else float('nan'):.4f} |")
-    non_sync = [
-        median(rows, "step_s") - median(rows, "sync_s") - median(rows, "gen_s") for rows in (merged, adapter)
-    ]
-    print(f"rest of the step (scoring, loss, update) s: merged {non_sync[0]:.4g}, adapter {non_sync[1]:.4g}")
+        a, e, b = figure(merged), figure(lora_engine), figure(adapter)
+        print(
+            f"| {name} | {a:.4g} | {e:.4g} | {b:.4g} | {b / a if a else float('nan'):.4f} | "
+            f"{b / e if e else float('nan'):.4f} |"
+        )
+    for mode, rows in results.items():
+        rest = median(rows, "step_s") - median(rows, "sync_s") - median(rows, "gen_s")
+        print(f"{mode}: rest of the step (scoring, loss, update) {rest:.4g} s")
 
 
 def main(argv=None) -> None:
@@ -212,7 +229,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         model_dir = model_folder(cli.model, os.path.join(folder, "model"))
         for repeat in range(cli.repeats):
-            order = list(MODES) if repeat % 2 == 0 else list(reversed(MODES))
+            order = list(MODES)[repeat % len(MODES) :] + list(MODES)[: repeat % len(MODES)]  # rotated
             for mode in order:
                 rows = run(mode, model_dir, cli.model, cli.steps, os.path.join(folder, f"{mode}-{repeat}"))
                 results[mode].extend(rows)
