@@ -103,6 +103,15 @@ def adapter_parameters(named_parameters, adapter: str) -> dict:
     return {name: param for name, param in named if name is not None}
 
 
+def gathered_adapter(model, adapter: str, gather_params) -> dict:
+    """{saved-adapter name: full copy} of `adapter`'s lora_A / lora_B weights; `gather_params` (TRL's
+    `DistributedBackend.gather_params`) gathers only those under ZeRO-3, a collective every rank enters. The copies
+    outlive the gather, which frees the gathered storage when it ends."""
+    params = adapter_parameters(model.named_parameters(), adapter)
+    with gather_params(list(params.values())):
+        return {name: param.detach().clone() for name, param in params.items()}
+
+
 def engine_lora_kwargs(peft_config) -> dict:
     """vLLM `LLM(...)` arguments of an engine that serves one LoRA adapter of `peft_config`'s rank."""
     return {
@@ -222,9 +231,7 @@ class AdapterSync:
         a fresh id and name, and drop the prefix cache."""
         from vllm.lora.request import LoRARequest
 
-        params = adapter_parameters(self.model.named_parameters(), self.adapter)
-        with self.gather_params(list(params.values())):
-            tensors = {name: param.detach().clone() for name, param in params.items()}
+        tensors = gathered_adapter(self.model, self.adapter, self.gather_params)
         self.syncs += 1
         load_adapter_in_memory(self.llm, self.syncs, tensors, self.config_dict)
         name = f"{self.adapter}-sync{self.syncs}"

@@ -1,7 +1,10 @@
 """`vllm_adapter_sync`'s pure parts: the refusals, the rank bound, the adapter tensor names, the engine's LoRA module
 names, and the refusals a trainer makes before any engine starts. No vLLM needed (the engine runs: test_vllm_colocate)."""
 
+import contextlib
+
 import pytest
+import torch
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from transformers import AutoModelForCausalLM
 
@@ -161,3 +164,23 @@ def test_server_and_sleep_mode_are_refused_at_config_time(tmp_path, overrides, o
 def test_without_vllm_the_field_is_an_error(tmp_path):
     with pytest.raises(ValueError, match=f"{FIELD}: is set to True but has no effect without use_vllm=True"):
         tiny_config(tmp_path, vllm_adapter_sync=True)
+
+
+def test_gathered_adapter_gathers_the_trained_adapter_only_and_copies_it(tiny_model_dir):
+    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), plain_lora())
+    peft.add_adapter("ref", plain_lora(r=4))
+    gathered = []
+
+    @contextlib.contextmanager
+    def recording_gather(params):
+        gathered.append(params)
+        yield
+
+    tensors = sync.gathered_adapter(peft, "default", recording_gather)
+    expected = sync.adapter_parameters(peft.named_parameters(), "default")
+    assert len(gathered) == 1 and {id(p) for p in gathered[0]} == {id(p) for p in expected.values()}
+    assert set(tensors) == set(expected)
+    name, param = next(iter(expected.items()))
+    with torch.no_grad():
+        param.add_(1.0)
+    assert not torch.equal(tensors[name], param)  # a copy: the engine's adapter does not move with training
