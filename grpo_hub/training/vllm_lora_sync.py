@@ -3,7 +3,7 @@
 TRL 1.16's `VLLMGeneration._iter_named_params` merges the adapter into the base weights (under ZeRO-3 after gathering
 every parameter), pushes every base weight into the engine and unmerges. Here the engine loads the base weights once,
 built with LoRA enabled (`engine_lora_kwargs`: the rank bound vLLM accepts above the adapter's rank); each sync
-gathers only the adapter's lora_A / lora_B tensors (`adapter_tensors`), hands them to the engine's LoRA manager in
+gathers only the adapter's lora_A / lora_B tensors (`gathered_adapter`), hands them to the engine's LoRA manager in
 memory (`load_adapter_in_memory`, vLLM 0.32 `LoRAModel.from_lora_tensors`), and every `llm.generate` TRL makes
 carries that adapter's `LoRARequest`. Each sync gets a fresh adapter id and name, and the prefix cache is reset:
 vLLM keys cached KV blocks by adapter name and path, so reusing them would serve the previous adapter's KV (measured
@@ -152,9 +152,8 @@ def adapter_engine(args, model, peft_config):
         return
     from trl.generation import vllm_generation
 
-    engine_kwargs = engine_lora_kwargs(
-        trained_adapter_config(model, peft_config)
-    )  # refusals before the engine
+    # the refusals come before the engine starts
+    engine_kwargs = engine_lora_kwargs(trained_adapter_config(model, peft_config))
     build = getattr(vllm_generation, "LLM", None)  # None without vLLM: TRL raises its ImportError
     if build is None:
         yield
@@ -207,8 +206,10 @@ def load_adapter_in_memory(llm, adapter_id: int, tensors: dict, peft_config_dict
         set(adapter.loras) - engine_lora_modules(manager.modules, manager.packed_modules_mapping)
     )
     if unserved:
-        raise ValueError(
-            f"`{FIELD}`: the engine has no LoRA layer for {unserved}. Fix: target linear layers vLLM supports, or {FIX}."
+        field_error(
+            FIELD,
+            f"the engine has no LoRA layer for {unserved}.",
+            f"target linear layers vLLM supports, or {FIX}.",
         )
     worker_manager.remove_all_adapters()
     manager.add_adapter(adapter)
@@ -255,16 +256,10 @@ def head_targets(peft_model) -> list[str]:
 
 
 def install_adapter_sync(generation) -> AdapterSync:
-    """Make TRL's colocate `VLLMGeneration` sync and serve its PEFT model's trained adapter only."""
-    from peft import PeftModel
-
+    """Make TRL's colocate `VLLMGeneration` sync and serve its PEFT model's trained adapter only (the trainer has
+    refused a model without one, `adapter_engine`); head / embedding targets are refused here, once PEFT has wrapped
+    the model."""
     model = generation.model
-    if not isinstance(model, PeftModel):
-        field_error(
-            FIELD,
-            "syncs a PEFT adapter, but the model has none.",
-            f"pass peft_config=LoraConfig(...), or {FIX}.",
-        )
     if generation._dist.is_fsdp:
         field_error(
             FIELD, "FSDP's sharded adapter tensors are not gathered here.", f"use DeepSpeed or DDP, or {FIX}."
