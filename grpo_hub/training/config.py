@@ -281,6 +281,18 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
+    # --- vLLM weight sync of a LoRA adapter (grpo_hub/training/vllm_lora_sync.py) ---
+    vllm_adapter_sync: bool = field(
+        default=False,
+        metadata={
+            "help": "Colocate mode with a PEFT LoRA model: the engine loads the base weights once, with LoRA enabled "
+            "(rank bound from the adapter), and each sync hands it the trained adapter's A/B tensors in memory; "
+            "generation runs with that adapter, nothing is merged and no base weight moves. Refused: server mode, "
+            "sleep mode, no PEFT model, modules_to_save, DoRA, trained biases, adapters on the embeddings or the LM "
+            "head (docs/vllm.md). False: TRL's sync (merge, push every base weight, unmerge)."
+        },
+    )
+
     # --- Reference adapter (PEFT; see grpo_hub/training/reference.py) ---
     ref_adapter_sync_on: str = field(
         default="never",

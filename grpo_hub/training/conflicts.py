@@ -190,6 +190,23 @@ EXCEPTIONS = (
         "'mean_std' needs a std scope but scale_rewards='none'.",
         "set scale_rewards='group'.",
     ),
+    # a value of TRL's vllm_mode: only the colocate engine is given the adapter
+    Conflict(
+        "vllm_adapter_sync",
+        "vllm_mode",
+        lambda c: F.is_on("vllm_adapter_sync", c) and c.vllm_mode != "colocate",
+        "adapter-only sync is built for colocate mode; a server would need the adapter through its own "
+        "/v1/load_lora_adapter endpoint (docs/vllm.md).",
+        "use vllm_mode='colocate', or set vllm_adapter_sync=False (TRL's merged sync).",
+    ),
+    # a value of TRL's vllm_enable_sleep_mode: sleeping drops the base weights the engine loaded once
+    Conflict(
+        "vllm_adapter_sync",
+        "vllm_enable_sleep_mode",
+        lambda c: F.is_on("vllm_adapter_sync", c) and c.vllm_enable_sleep_mode,
+        "sleep mode discards the engine's base weights, which adapter-only sync loads once and never pushes again.",
+        "set vllm_enable_sleep_mode=False, or vllm_adapter_sync=False.",
+    ),
     # values of vllm_is_pooling and TRL's mode
     Conflict(
         "vllm_is_pooling",

@@ -403,6 +403,17 @@ FEATURES = (
         page="vllm.md",
         trains=False,
     ),
+    Feature(
+        "vllm_adapter_sync",
+        "vllm_adapter_sync",
+        lambda c: c.use_vllm and c.vllm_adapter_sync,
+        {"use_vllm": True, "vllm_adapter_sync": True},
+        (GENERATION,),
+        dependents=(Dependents(("vllm_adapter_sync",), "use_vllm=True", lambda c: c.use_vllm),),
+        page="vllm.md",
+        needs_peft=True,
+        trains=False,
+    ),
 )
 BY_NAME = {f.name: f for f in FEATURES}
 SWITCHES = {f.name: f for f in FEATURES if f.example is not None}  # the features a user turns on

@@ -47,6 +47,7 @@ from grpo_hub.training.reference import attach_reference_adapter, strip_referenc
 from grpo_hub.training.run_record import run_record
 from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback, signature_columns
 from grpo_hub.training.turns import TurnCredit
+from grpo_hub.training.vllm_lora_sync import adapter_engine
 from grpo_hub.training.vllm_runtime import edit_is_weights, prepare_vllm_generation
 
 check_trl_seams(GRPOTrainer)
@@ -63,7 +64,10 @@ class GRPOHubTrainer(GRPOTrainer):
             raise ValueError(
                 f"`args` must be a GRPOHubConfig, got {type(args).__name__}; build a GRPOHubConfig."
             )
-        super().__init__(model, reward_funcs, args=args, **kwargs)
+        with adapter_engine(
+            args, model, kwargs.get("peft_config")
+        ):  # vllm_adapter_sync: a LoRA-enabled engine
+            super().__init__(model, reward_funcs, args=args, **kwargs)
         prepare_vllm_generation(
             args, getattr(self, "vllm_generation", None), self.accelerator.is_main_process
         )

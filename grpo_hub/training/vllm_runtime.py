@@ -19,6 +19,7 @@ import torch
 
 from grpo_hub.algos import importance
 from grpo_hub.training.vllm_checks import uses_sampler_logprobs
+from grpo_hub.training.vllm_lora_sync import install_adapter_sync
 
 
 def is_settings(trl_mode: str, pooling: str | None) -> dict:
@@ -165,8 +166,12 @@ def enable_cpu_weight_sync(generation) -> None:
 
 
 def prepare_vllm_generation(args, generation, is_main_process: bool) -> None:
-    """Called once the TRL trainer is built: the server log-prob check and, on CPU, the colocate weight sync."""
+    """Called once the TRL trainer is built: the server log-prob check and the colocate weight sync (adapter-only with
+    `vllm_adapter_sync`, else on CPU through vLLM's reload)."""
     if not args.use_vllm:
         return
     check_server_logprobs_mode(args, generation, is_main_process)
-    enable_cpu_weight_sync(generation)
+    if args.vllm_adapter_sync:
+        install_adapter_sync(generation)
+    else:
+        enable_cpu_weight_sync(generation)

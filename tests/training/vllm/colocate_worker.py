@@ -6,7 +6,9 @@ per run with the log history, the world size, the engine dtype and a checksum of
     python tests/training/vllm/colocate_worker.py --result-dir DIR \
         --runs '{"agilerl": {"vllm_is_preset": "agilerl"}, "lora": {"lora_r": 16}}'
 
-A run's JSON holds GRPOHubConfig overrides, plus `lora_r`: train a LoRA adapter of this rank (absent: full model).
+A run's JSON holds GRPOHubConfig overrides, plus `lora_r`: train a LoRA adapter of this rank (absent: full model),
+and `probe`: record the engine against the trainer after every weight sync (sync_probe.py; "compare_merged": the
+same weights merged, too).
 The vLLM environment's python imports `tests....` through PYTHONPATH (engine.vllm_env: the repository root).
 """
 
@@ -21,6 +23,7 @@ from grpo_hub import GRPOHubTrainer
 from grpo_hub.tasks import SMOKE_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
 from tests.helpers import tiny_config
 from tests.training.distributed.worker_common import weight_fingerprint, write_rank_result
+from tests.training.vllm.sync_probe import install_probe
 
 # tests.helpers.tiny_config (CPU, 4 generations of 8 tokens, learning rate 1e-2, seed 0) with vLLM colocate
 BASE_CONFIG = {
@@ -43,6 +46,7 @@ def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
     """One run with `overrides`: train in `run_dir`/out, write this rank's result to `run_dir`/rank<k>.json."""
     overrides = dict(overrides)
     lora_r = overrides.pop("lora_r", 0)
+    probe = overrides.pop("probe", False)
     args = tiny_config(run_dir / "out", **{**BASE_CONFIG, **overrides})
     peft_config = None
     if lora_r:
@@ -56,6 +60,7 @@ def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
         args=args,
         train_dataset=load_task_dataset(SMOKE_TASK, n=32, seed=0),
     )
+    record = install_probe(trainer, compare_merged=probe == "compare_merged") if probe else None
     trainer.train()
     write_rank_result(
         trainer,
@@ -63,6 +68,7 @@ def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
         engine_dtype=str(trainer.vllm_generation.llm.llm_engine.model_config.dtype),
         weight_checksum=weight_fingerprint(trainer.model.parameters()),
         threads=torch.get_num_threads(),
+        probe=record,
     )
 
 

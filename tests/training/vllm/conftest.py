@@ -14,6 +14,8 @@ DYNAMIC = {
     "max_steps": 2,
     "shuffle_dataset": False,
 }
+# LoRA runs probed after every weight sync (sync_probe.py): TRL's merged sync vs vllm_adapter_sync, same seed.
+ADAPTER = {"lora_r": 16, "probe": True, "learning_rate": LEARNING_RATE, "max_steps": 3}
 ONE_RANK_RUNS = {
     "agilerl": {"vllm_is_preset": "agilerl", "learning_rate": LEARNING_RATE, "max_steps": 3},
     "uncorrected": {
@@ -29,6 +31,22 @@ ONE_RANK_RUNS = {
         "max_steps": 1,
     },
     "dynamic": {**DYNAMIC, "dynamic_sampling_target_groups": 2},
+    "lora_merged": ADAPTER,
+    "lora_adapter": {**ADAPTER, "vllm_adapter_sync": True, "probe": "compare_merged"},
+    "adapter_ref": {
+        **ADAPTER,
+        "vllm_adapter_sync": True,
+        "beta": 0.04,
+        "ref_adapter_sync_on": "steps",
+        "ref_adapter_sync_steps": 2,
+    },
+    "adapter_rollout": {
+        **ADAPTER,
+        **DYNAMIC,
+        "dynamic_sampling_target_groups": 2,
+        "selective_rollout": True,
+        "vllm_adapter_sync": True,
+    },
 }
 TWO_RANK_RUNS = {
     "lora_mask": {
@@ -39,6 +57,13 @@ TWO_RANK_RUNS = {
         "lora_r": 16,
     },
     "dynamic": {**DYNAMIC, "dynamic_sampling_target_groups": 4},
+    "adapter_mask": {
+        **ADAPTER,
+        "vllm_adapter_sync": True,
+        "vllm_importance_sampling_mode": "token_mask",
+        "vllm_importance_sampling_clip_min": 0.97,
+        "vllm_importance_sampling_clip_max": 1.03,
+    },
 }
 
 
