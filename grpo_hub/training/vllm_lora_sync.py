@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import functools
 
+from grpo_hub.training import features
+from grpo_hub.training.reference import trained_adapter_name
 from grpo_hub.training.validation import field_error
 
 FIELD = "vllm_adapter_sync"
@@ -147,7 +149,7 @@ def adapter_engine(args, model, peft_config):
     """With `vllm_adapter_sync`, TRL's `VLLMGeneration` builds its colocate engine with LoRA enabled for the trained
     adapter's rank (TRL 1.16 passes a fixed argument list to `vllm.LLM`: the arguments are added to it for the time
     the trainer is built); otherwise nothing changes."""
-    if not (args.use_vllm and args.vllm_adapter_sync):
+    if not features.is_on(FIELD, args):
         yield
         return
     from trl.generation import vllm_generation
@@ -219,10 +221,9 @@ class AdapterSync:
     """The adapter-only sync of one colocate `VLLMGeneration`: `sync` replaces TRL's `sync_weights`, and `request`
     is the `LoRARequest` each generation carries (None before the first sync)."""
 
-    def __init__(self, llm, peft_model, gather_params):
-        self.llm, self.model, self.gather_params = llm, peft_model, gather_params
-        self.adapter = peft_model.active_adapters[0]
-        self.config_dict = peft_model.peft_config[self.adapter].to_dict()
+    def __init__(self, llm, peft_model, adapter: str, gather_params):
+        self.llm, self.model, self.adapter, self.gather_params = llm, peft_model, adapter, gather_params
+        self.config_dict = peft_model.peft_config[adapter].to_dict()
         self.syncs = 0
         self.request = None
         self.bytes_last_sync = 0  # bytes of adapter tensors handed to the engine by the last sync
@@ -264,8 +265,9 @@ def install_adapter_sync(generation) -> AdapterSync:
         field_error(
             FIELD, "FSDP's sharded adapter tensors are not gathered here.", f"use DeepSpeed or DDP, or {FIX}."
         )
-    check_servable(model.peft_config[model.active_adapters[0]], head_targets(model))
-    adapter_sync = AdapterSync(generation.llm, model, generation._dist.gather_params)
+    adapter = trained_adapter_name(model)
+    check_servable(model.peft_config[adapter], head_targets(model))
+    adapter_sync = AdapterSync(generation.llm, model, adapter, generation._dist.gather_params)
     generation.sync_weights = adapter_sync.sync
     generation.llm.generate = functools.partial(adapter_sync.generate, generation.llm.generate)
     return adapter_sync

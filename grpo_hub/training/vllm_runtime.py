@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from grpo_hub.algos import importance
+from grpo_hub.training import features
 from grpo_hub.training.vllm_checks import uses_sampler_logprobs
 from grpo_hub.training.vllm_lora_sync import install_adapter_sync
 
@@ -171,7 +172,7 @@ def prepare_vllm_generation(args, generation, is_main_process: bool) -> None:
     if not args.use_vllm:
         return
     check_server_logprobs_mode(args, generation, is_main_process)
-    if args.vllm_adapter_sync:
+    if features.is_on("vllm_adapter_sync", args):
         install_adapter_sync(generation)
     else:
         enable_cpu_weight_sync(generation)
