@@ -38,8 +38,8 @@ from transformers import TrainerCallback
 
 from benchmarks.common import QUIET_CPU_RUN, QWEN25_05B_CONFIG, random_model
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub.generation.colocate import enable_cpu_weight_sync
 from grpo_hub.tasks import chain_model_path, get_reward_funcs, load_task_dataset
-from grpo_hub.training.vllm_runtime import enable_cpu_weight_sync
 
 # merged = TRL's sync; merged-lora-engine = TRL's sync into the engine built for LoRA (no adapter served), which
 # separates what the LoRA engine costs from what the sync saves; adapter = vllm_adapter_sync.

@@ -1,6 +1,6 @@
 """The package's wings form floors: a module imports only from its own wing or the wings below it.
 
-Floors, bottom up: algos -> training -> hub -> tasks -> compare -> cli. Read from the AST of every module
+Floors, bottom up: errors -> algos -> generation -> training -> hub -> tasks -> compare -> cli. Read from the AST of every module
 (imports inside functions count too), so a lazy import cannot climb a floor unseen.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import grpo_hub
 
 PACKAGE = Path(grpo_hub.__file__).parent
-FLOORS = ["algos", "training", "hub", "tasks", "compare", "cli"]
+FLOORS = ["errors", "algos", "generation", "training", "hub", "tasks", "compare", "cli"]
 
 
 def wing(module: str) -> str | None:

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from grpo_hub.algos import loss_types
+from grpo_hub.errors import field_error
 from grpo_hub.training import features, resolve_and_validate
 from grpo_hub.training.compat import check_trl_version
-from grpo_hub.training.validation import check_effect, check_finite, check_type, field_error
+from grpo_hub.training.validation import check_effect, check_finite, check_type
 from grpo_hub.training.vllm_checks import AGILERL_TOKEN_CAP
 
 check_trl_version()
@@ -281,7 +282,7 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
-    # --- vLLM weight sync of a LoRA adapter (grpo_hub/training/vllm_lora_sync.py) ---
+    # --- vLLM weight sync of a LoRA adapter (grpo_hub/generation/adapter_sync.py) ---
     vllm_adapter_sync: bool = field(
         default=False,
         metadata={

@@ -6,8 +6,9 @@ Rules that involve two features are conflicts (grpo_hub.training.conflicts).
 from __future__ import annotations
 
 from grpo_hub.algos import advantages, importance, loss_types, losses, selection
+from grpo_hub.errors import field_error
 from grpo_hub.training.reference import validate_reference_settings
-from grpo_hub.training.validation import check_choice, check_positive, field_error
+from grpo_hub.training.validation import check_choice, check_positive
 from grpo_hub.training.vllm_checks import check_sampler_matches_trainer
 
 ZERO_SIGNAL_NORMALIZERS = ("kept", "all")

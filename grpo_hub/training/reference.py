@@ -37,8 +37,9 @@ import shutil
 import torch
 from transformers import TrainerCallback
 
+from grpo_hub.errors import field_error
 from grpo_hub.training.distributed import broadcast_unpartitioned, gathered, unwrap_peft_model
-from grpo_hub.training.validation import check_choice, field_error
+from grpo_hub.training.validation import check_choice
 
 REF_ADAPTER = "ref"
 REF_ADAPTER_FILE = "ref_adapter.safetensors"

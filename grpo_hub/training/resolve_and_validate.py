@@ -9,8 +9,9 @@ from __future__ import annotations
 import warnings
 
 from grpo_hub.algos import loss_types
+from grpo_hub.errors import field_error
 from grpo_hub.training import conflicts, features, vllm_checks
-from grpo_hub.training.validation import conflict_error, field_error
+from grpo_hub.training.validation import conflict_error
 
 TRL_EPSILON = 0.2
 

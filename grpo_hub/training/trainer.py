@@ -28,6 +28,9 @@ from trl.trainer.utils import use_adapter
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos import loss_types
 from grpo_hub.algos.loss_denominator import batch_counts, micro_batch_denominator
+from grpo_hub.generation.adapter_sync import adapter_engine
+from grpo_hub.generation.is_diagnostics import edit_is_weights
+from grpo_hub.generation.vllm_setup import prepare_vllm_generation
 from grpo_hub.training import features, filtering, scored_batch
 from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream, load_stream_state
 from grpo_hub.training.compat import check_trl_seams
@@ -43,12 +46,14 @@ from grpo_hub.training.input_checks import (
 from grpo_hub.training.model_card import write_card_files
 from grpo_hub.training.own_loss import OwnLossSettings, own_loss
 from grpo_hub.training.packing import MicroStepPacker
-from grpo_hub.training.reference import attach_reference_adapter, strip_reference_adapter
+from grpo_hub.training.reference import (
+    attach_reference_adapter,
+    strip_reference_adapter,
+    trained_adapter_name,
+)
 from grpo_hub.training.run_record import run_record
 from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback, signature_columns
 from grpo_hub.training.turns import TurnCredit
-from grpo_hub.training.vllm_lora_sync import adapter_engine
-from grpo_hub.training.vllm_runtime import edit_is_weights, prepare_vllm_generation
 
 check_trl_seams(GRPOTrainer)
 
@@ -64,13 +69,11 @@ class GRPOHubTrainer(GRPOTrainer):
             raise ValueError(
                 f"`args` must be a GRPOHubConfig, got {type(args).__name__}; build a GRPOHubConfig."
             )
-        with adapter_engine(
-            args, model, kwargs.get("peft_config")
-        ):  # vllm_adapter_sync: a LoRA-enabled engine
+        colocate_adapter = features.is_on("vllm_adapter_sync", args) and args.vllm_mode == "colocate"
+        with adapter_engine(colocate_adapter, model, kwargs.get("peft_config")):  # a LoRA-enabled engine
             super().__init__(model, reward_funcs, args=args, **kwargs)
-        prepare_vllm_generation(
-            args, getattr(self, "vllm_generation", None), self.accelerator.is_main_process
-        )
+        if args.use_vllm:
+            self._prepare_vllm(colocate_adapter)
         eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
         check_trainer_options(
             args,
@@ -113,6 +116,11 @@ class GRPOHubTrainer(GRPOTrainer):
             self._turn_credit = TurnCredit(
                 self.reward_funcs, names, weights, args.turn_advantages, self._gather
             )
+
+    def _prepare_vllm(self, colocate_adapter: bool) -> None:
+        """The weight sync TRL's `VLLMGeneration` runs (grpo_hub.generation.vllm_setup)."""
+        adapter = trained_adapter_name(self.model) if colocate_adapter else None
+        prepare_vllm_generation(self.vllm_generation, adapter_sync=colocate_adapter, adapter=adapter)
 
     def _make_dynamic_sampler(self) -> DynamicSampler:
         return DynamicSampler.from_config(

@@ -1,5 +1,5 @@
-"""Config validation shared by every field: the one error (`field_error`) and the value checks that apply to all
-fields alike (type, finiteness, effect)."""
+"""Config validation shared by every field: the value checks that apply to all fields alike (type, finiteness,
+effect), each raising `grpo_hub.errors.field_error`."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 
-
-def field_error(field_name: str, problem: str, fix: str) -> None:
-    """Raise the ValueError of GRPOHubConfig and its checks: "`field`: problem Fix: fix"."""
-    raise ValueError(f"`{field_name}`: {problem} Fix: {fix}")
+from grpo_hub.errors import field_error
 
 
 def _allowed_types(annotation) -> tuple[type, ...]:

@@ -13,7 +13,7 @@ the kept mass S (trl#6789), and penalties/constraints move it by amounts the tra
 
 from __future__ import annotations
 
-from grpo_hub.training.validation import field_error
+from grpo_hub.errors import field_error
 
 # vLLM 0.32 `SamplingParams`: a positive temperature below this is raised to it (`_MAX_TEMP`), while the
 # trainer keeps dividing by the configured value.

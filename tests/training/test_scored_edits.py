@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from grpo_hub.algos import advantages as adv_fns
+from grpo_hub.generation.is_diagnostics import geometric_is_ratio
 from grpo_hub.training.trainer import GRPOHubTrainer
-from grpo_hub.training.vllm_runtime import geometric_is_ratio
 from tests.helpers import make_trainer, scored_batch, tiny_config
 
 

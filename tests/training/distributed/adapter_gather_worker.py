@@ -1,5 +1,5 @@
 """Worker for the ZeRO-3 test of `vllm_adapter_sync`'s gather (no vLLM): after the first optimizer step each rank
-gathers the trained adapter the way the sync does (`vllm_lora_sync.gathered_adapter` with TRL's
+gathers the trained adapter the way the sync does (`adapter_sync.gathered_adapter` with TRL's
 `DistributedBackend.gather_params`) and records whether the adapter was partitioned before, the gathered shapes
 against DeepSpeed's full shapes, whether every other parameter stayed partitioned, and a SHA-256 of the copies next
 to one of the same tensors gathered with every parameter (TRL's merged path gathers them all).
@@ -16,9 +16,9 @@ from transformers import TrainerCallback
 from trl.distributed import DistributedBackend
 
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub.generation.adapter_sync import adapter_parameters, gathered_adapter
 from grpo_hub.tasks.tiny_model import build_tiny_model
 from grpo_hub.training.distributed import unwrap_peft_model
-from grpo_hub.training.vllm_lora_sync import adapter_parameters, gathered_adapter
 from tests.training.distributed.worker_common import write_rank_result
 from tests.training.reference.helpers import char_code_reward, grpo_args, lora_config, prompt_dataset
 from tests.training.reference.ref_worker import sha256

@@ -49,7 +49,7 @@ def merged_logps(generation, sequences) -> torch.Tensor:
     engine's adapters, so the caller syncs again)."""
     from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
-    from grpo_hub.training.vllm_runtime import _reload_weights
+    from grpo_hub.generation.colocate import _reload_weights
 
     _reload_weights(generation)
     served = engine_logps(generation.llm, sequences, type(generation.llm).generate.__get__(generation.llm))

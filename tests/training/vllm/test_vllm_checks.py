@@ -1,13 +1,13 @@
 """Config-time vLLM IS rules (preset, bounds, sampler/trainer agreement) and the diagnostics' sums; no vLLM needed."""
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
 
+from grpo_hub.generation.is_diagnostics import local_is_sums
+from grpo_hub.generation.server import check_server_logprobs_mode
 from grpo_hub.training.config import GRPOHubConfig
-from grpo_hub.training.vllm_runtime import check_server_logprobs_mode, local_is_sums
 
 CPU = {"use_cpu": True, "bf16": False, "report_to": "none"}
 
@@ -147,40 +147,16 @@ def test_local_is_sums_match_a_loop(level, pooling, low, high):
     assert 0 < got[5] < got[4]  # the bounds were chosen so that some, not all, units are out of range
 
 
-class FakeServerClient:
-    """The one VLLMClient call the check makes: GET /get_server_info, answered with a given logprobs_mode."""
-
-    def __init__(self, logprobs_mode):
-        self.logprobs_mode, self.calls = logprobs_mode, 0
-
-    def get_server_info(self):
-        self.calls += 1
-        return {"model_config": {"logprobs_mode": self.logprobs_mode}}
-
-
-def server_setup(tmp_path, logprobs_mode, **overrides):
-    """(args, vllm_generation, is_main_process) as the trainer passes them, and the fake server client."""
-    client = FakeServerClient(logprobs_mode)
-    setup = (
-        vllm_config(tmp_path, vllm_mode="server", **overrides),
-        SimpleNamespace(vllm_client=client),
-        True,
-    )
-    return setup, client
+def server_info(logprobs_mode: str) -> dict:
+    """The part of vLLM's /server_info the check reads."""
+    return {"model_config": {"logprobs_mode": logprobs_mode}}
 
 
 @pytest.mark.parametrize("mode", ["raw_logprobs", "raw_logits", "processed_logits"])
-def test_server_with_other_logprobs_mode_is_rejected(tmp_path, mode):
-    setup, client = server_setup(tmp_path, mode)
+def test_server_with_other_logprobs_mode_is_rejected(mode):
     with pytest.raises(ValueError, match=f"`vllm_mode`.*{mode}.*Fix:"):
-        check_server_logprobs_mode(*setup)
-    assert client.calls == 1
+        check_server_logprobs_mode(server_info(mode))
 
 
-def test_server_with_processed_logprobs_or_no_correction_passes(tmp_path):
-    setup, client = server_setup(tmp_path, "processed_logprobs")
-    check_server_logprobs_mode(*setup)
-    assert client.calls == 1
-    setup, client = server_setup(tmp_path, "raw_logprobs", vllm_importance_sampling_correction=False)
-    check_server_logprobs_mode(*setup)  # nothing uses the sampler's log-probs
-    assert client.calls == 0
+def test_server_with_processed_logprobs_passes():
+    check_server_logprobs_mode(server_info("processed_logprobs"))

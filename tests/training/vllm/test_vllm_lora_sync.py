@@ -9,8 +9,8 @@ from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from transformers import AutoModelForCausalLM
 
 from grpo_hub import GRPOHubTrainer
+from grpo_hub.generation import adapter_sync as sync
 from grpo_hub.tasks import SMOKE_TASK, get_reward_funcs, load_task_dataset
-from grpo_hub.training import vllm_lora_sync as sync
 from tests.helpers import tiny_config
 
 FIELD = "`vllm_adapter_sync`"

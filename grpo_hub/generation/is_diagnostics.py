@@ -1,16 +1,10 @@
-"""Runtime pieces of vLLM generation: per-step IS diagnostics, the server log-prob check, CPU colocate weight sync.
-
-The geometric-mean sequence weight of `vllm_is_pooling="mean"` (`edit_is_weights`), and diagnostics (logged
-every generation step while the correction is on, over all ranks):
+"""vLLM importance sampling on the scored batch: the geometric-mean sequence weight of `vllm_is_pooling="mean"`
+(`edit_is_weights`), and diagnostics (logged every generation step while the correction is on, over all ranks):
   vllm_is/abs_logp_diff_mean, vllm_is/abs_logp_diff_max  |log π_trainer - log π_sampler| per token
   vllm_is/kl_k1, vllm_is/kl_k3                            KL(π_sampler || π_trainer) estimates per token
   vllm_is/frac_truncated or vllm_is/frac_masked           fraction of IS units (tokens, or sequences at
                                                           sequence level) whose raw weight lies outside
                                                           [clip_min, clip_max], i.e. that the mode clamps or zeroes
-CPU weight sync: vLLM 0.32's CPU backend repacks each linear weight into a oneDNN handle and frees the
-original parameter, so TRL's per-parameter `model.load_weights` after start-up fails (`'Parameter' object has
-no attribute 'weight_loader'`). vLLM's `reload_weights` restores the layers, loads and repacks them again;
-embeddings and (tied) LM heads are then re-packed here, which the reload misses.
 """
 
 from __future__ import annotations
@@ -18,9 +12,6 @@ from __future__ import annotations
 import torch
 
 from grpo_hub.algos import importance
-from grpo_hub.training import features
-from grpo_hub.training.vllm_checks import uses_sampler_logprobs
-from grpo_hub.training.vllm_lora_sync import install_adapter_sync
 
 
 def is_settings(trl_mode: str, pooling: str | None) -> dict:
@@ -109,70 +100,3 @@ def log_is_diagnostics(output: dict, metrics, gather, *, settings: dict, low, hi
     metrics["vllm_is/kl_k3"].append(total[2].item() / tokens)
     outside_key = "vllm_is/frac_truncated" if settings["mode"] == "truncate" else "vllm_is/frac_masked"
     metrics[outside_key].append(total[5].item() / units)
-
-
-def _reload_weights(generation) -> None:
-    """vLLM's in-place reload, then re-pack the embedding-shaped heads it leaves stale.
-
-    A tied `lm_head` shares the embedding's parameter, so the reload updates the shared tensor but never
-    re-processes the head, whose oneDNN handle still holds the old weights (measured: mean |Δlogp| 1.9 against the
-    trainer after an embedding change, 0.05 after the re-pack, vs 0.06 for a fresh engine).
-    """
-    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
-
-    runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
-    runner.reload_weights(weights_iterator=generation._iter_named_params(), is_checkpoint_format=True)
-    for module in runner.model.modules():
-        if isinstance(module, VocabParallelEmbedding):
-            module.quant_method.process_weights_after_loading(module)
-    generation.llm.reset_prefix_cache()
-
-
-def check_server_logprobs_mode(args, generation, is_main_process: bool) -> None:
-    """Server mode: raise where TRL only warns, when the server's log-probs are not `processed_logprobs`.
-
-    vLLM's default `raw_logprobs` are taken before temperature (and truncation), so with temperature != 1 the
-    IS ratio would compare two different distributions. `trl vllm-serve` passes `processed_logprobs` itself.
-    """
-    if args.vllm_mode != "server" or not uses_sampler_logprobs(args) or not is_main_process:
-        return
-    mode = generation.vllm_client.get_server_info()["model_config"]["logprobs_mode"]
-    if mode != "processed_logprobs":
-        raise ValueError(
-            f"`vllm_mode`: the vLLM server returns {mode!r} log-probs (before temperature and truncation), but the "
-            "trainer compares them with log-probs after temperature. Fix: restart the server with "
-            "`--logprobs-mode processed_logprobs` (`trl vllm-serve` does), or set vllm_importance_sampling_correction="
-            "False and off_policy_mask_threshold=None."
-        )
-
-
-def enable_cpu_weight_sync(generation) -> None:
-    """On vLLM's CPU platform in colocate mode, sync weights through vLLM's in-place reload (TRL's `VLLMGeneration`)."""
-    if generation.mode != "colocate":
-        return
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        return
-    if generation.enable_sleep_mode:
-        raise ValueError(
-            "`vllm_enable_sleep_mode`: vLLM's CPU backend has no sleep mode to wake the weights from. "
-            "Fix: set vllm_enable_sleep_mode=False on CPU."
-        )
-    if not hasattr(generation, "_iter_named_params"):
-        raise RuntimeError(
-            "trl's VLLMGeneration lacks `_iter_named_params`; grpo_hub supports trl>=1.16,<1.17."
-        )
-    generation.sync_weights = lambda: _reload_weights(generation)
-
-
-def prepare_vllm_generation(args, generation, is_main_process: bool) -> None:
-    """Called once the TRL trainer is built: the server log-prob check and the colocate weight sync (adapter-only with
-    `vllm_adapter_sync`, else on CPU through vLLM's reload)."""
-    if not args.use_vllm:
-        return
-    check_server_logprobs_mode(args, generation, is_main_process)
-    if features.is_on("vllm_adapter_sync", args):
-        install_adapter_sync(generation)
-    else:
-        enable_cpu_weight_sync(generation)

@@ -18,9 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from grpo_hub.training import features
-from grpo_hub.training.reference import trained_adapter_name
-from grpo_hub.training.validation import field_error
+from grpo_hub.errors import field_error
 
 FIELD = "vllm_adapter_sync"
 # vLLM 0.32 `LoRAConfig.max_lora_rank` accepts only these (`MaxLoRARanks`; TRL's async trainer: VLLM_LORA_RANKS).
@@ -145,11 +143,11 @@ def trained_adapter_config(model, peft_config):
 
 
 @contextlib.contextmanager
-def adapter_engine(args, model, peft_config):
-    """With `vllm_adapter_sync`, TRL's `VLLMGeneration` builds its colocate engine with LoRA enabled for the trained
-    adapter's rank (TRL 1.16 passes a fixed argument list to `vllm.LLM`: the arguments are added to it for the time
-    the trainer is built); otherwise nothing changes."""
-    if not features.is_on(FIELD, args):
+def adapter_engine(enabled: bool, model, peft_config):
+    """When `enabled` (`vllm_adapter_sync` in colocate mode), TRL's `VLLMGeneration` builds its colocate engine with
+    LoRA enabled for the trained adapter's rank (TRL 1.16 passes a fixed argument list to `vllm.LLM`: the arguments
+    are added to it for the time the trainer is built); otherwise nothing changes."""
+    if not enabled:
         yield
         return
     from trl.generation import vllm_generation
@@ -256,16 +254,20 @@ def head_targets(peft_model) -> list[str]:
     ]
 
 
-def install_adapter_sync(generation) -> AdapterSync:
-    """Make TRL's colocate `VLLMGeneration` sync and serve its PEFT model's trained adapter only (the trainer has
-    refused a model without one, `adapter_engine`); head / embedding targets are refused here, once PEFT has wrapped
-    the model."""
-    model = generation.model
+def check_not_fsdp(generation) -> None:
+    """Refuse FSDP: its sharded adapter tensors are not gathered by `gathered_adapter`."""
     if generation._dist.is_fsdp:
         field_error(
             FIELD, "FSDP's sharded adapter tensors are not gathered here.", f"use DeepSpeed or DDP, or {FIX}."
         )
-    adapter = trained_adapter_name(model)
+
+
+def install_adapter_sync(generation, adapter: str) -> AdapterSync:
+    """Make TRL's colocate `VLLMGeneration` sync and serve its PEFT model's trained adapter `adapter` only (the
+    trainer has refused a model without one, `adapter_engine`); head / embedding targets are refused here, once PEFT
+    has wrapped the model."""
+    model = generation.model
+    check_not_fsdp(generation)
     check_servable(model.peft_config[adapter], head_targets(model))
     adapter_sync = AdapterSync(generation.llm, model, adapter, generation._dist.gather_params)
     generation.sync_weights = adapter_sync.sync
