@@ -1,8 +1,55 @@
-"""Server mode: TRL's `VLLMClient` against vLLM's own OpenAI server, checked before training starts."""
+"""Server mode without NCCL: TRL's `VLLMClient` against vLLM's own OpenAI server, weights synced over HTTP.
+
+TRL 1.16's server mode generates through `/v1/completions` (`model=client.model`) but syncs weights through an NCCL
+group (`init_communicator`), which needs CUDA. Here the trainer builds `HTTPSyncClient` instead (`http_sync_client`):
+the same requests, no NCCL group, and the first request answered with one error naming the setting and the fix
+(`check_server`). Each sync then runs one of two modes (`vllm_server_sync`, chosen by `choose_sync`):
+
+- 'adapter' (`ServerAdapterSync`): the trained LoRA adapter's A/B tensors only, written as a PEFT folder under
+  `sync_dir` and loaded through `POST /v1/load_lora_adapter` under a fresh name, which every later request names
+  (`client.model`). vLLM 0.32's endpoint takes a path on the server (`lora_path`), not bytes: `sync_dir` must be
+  readable by the server at the same path (the same machine, or a shared filesystem).
+- 'merged' (`ServerMergedSync`): the merged LoRA (or full) weights, from TRL's `_iter_named_params` (it merges the
+  adapter, under ZeRO-3 after gathering), written as one safetensors file under `sync_dir` and reloaded in place by
+  `grpo_hub.generation.worker_extension.WorkerExtension` through `POST /collective_rpc`.
+Both reset the server's prefix cache: cached KV blocks were computed with the old weights.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
 from grpo_hub.errors import field_error
+from grpo_hub.generation.adapter_sync import gathered_adapter, served_rank
+
+FIELD = "vllm_server_sync"
+ADAPTER, MERGED, AUTO = "adapter", "merged", "auto"
+SYNC_MODES = (AUTO, ADAPTER, MERGED)
+EXTENSION = "grpo_hub.generation.worker_extension.WorkerExtension"
+RELOAD_METHOD, VERSION_METHOD = "grpo_hub_reload_weights", "grpo_hub_extension_version"
+# 'auto' on a GPU server: adapter-only from this many bytes of base weights (docs/vllm.md: at the Qwen2.5-0.5B shape
+# a merged sync moves ~1 GB per step, seconds on a disk or a network, while vLLM's GPU LoRA kernels cost 1.1-2x per
+# generated token; on CPU the LoRA path measured 3.5x slower per batch, so a CPU server always takes merged weights).
+GPU_ADAPTER_BYTES = 1 << 30
+SERVER_FIX = (
+    "start one with `python -m vllm.entrypoints.openai.api_server --model <model> --logprobs-mode processed_logprobs "
+    f"--worker-extension-cls {EXTENSION}` (docs/vllm.md), or let the recipe start it (--vllm_server_start true)"
+)
+
+
+def choose_sync(requested: str, *, has_adapter: bool, server_device: str, base_bytes: int) -> str:
+    """The sync mode 'auto' stands for: merged weights without an adapter or on a CPU server (vLLM's CPU LoRA path
+    generates ~3.5x slower, docs/vllm.md), the adapter on a GPU server once the base weights reach GPU_ADAPTER_BYTES."""
+    if requested != AUTO:
+        return requested
+    if not has_adapter or server_device == "cpu":
+        return MERGED
+    return ADAPTER if base_bytes >= GPU_ADAPTER_BYTES else MERGED
 
 
 def check_server_logprobs_mode(server_info: dict) -> None:
@@ -21,3 +68,208 @@ def check_server_logprobs_mode(server_info: dict) -> None:
             "restart the server with `--logprobs-mode processed_logprobs` (`trl vllm-serve` does), or set "
             "vllm_importance_sampling_correction=False and off_policy_mask_threshold=None.",
         )
+
+
+def check_served_model(served: dict, trained: str) -> None:
+    """Refuse a server whose model is not the trainer's: `served` is its `/v1/models` entry (id = the served name,
+    root = the path or Hub id it loaded), compared by their last path part with the trainer's `_name_or_path`."""
+    names = {Path(str(served.get(key) or "")).name for key in ("id", "root")}
+    if Path(trained).name not in names:
+        field_error(
+            "vllm_server_base_url",
+            f"the server serves {served.get('id')!r}, but the trainer trains {trained!r}.",
+            f"start the server with --model {trained} (or --served-model-name {Path(trained).name} when the same "
+            "weights live under another path), or point vllm_server_base_url at the right server.",
+        )
+
+
+def check_sync_support(server_info: dict, probe, sync: str, adapter_rank: int | None) -> None:
+    """Refuse a server that cannot take `sync` before training starts. `probe(path, payload)` POSTs and returns
+    (status, body): the adapter path needs LoRA with a rank bound >= the adapter's and runtime LoRA updating, the
+    merged path grpo_hub's worker extension."""
+    if sync == ADAPTER:
+        lora = server_info.get("lora_config")
+        needed = served_rank(adapter_rank, None)
+        if lora is None or lora["max_lora_rank"] < needed:
+            field_error(
+                FIELD,
+                f"'adapter' needs a server with LoRA enabled for rank {adapter_rank}, but it has "
+                f"{'no LoRA' if lora is None else 'max_lora_rank ' + str(lora['max_lora_rank'])}.",
+                f"restart it with --enable-lora --max-lora-rank {needed}, or set {FIELD}='merged'.",
+            )
+        status, body = probe(
+            "/v1/load_lora_adapter", {"lora_name": "grpo-hub-probe", "lora_path": "/nonexistent"}
+        )
+        if status == 404 and "error" not in body:  # the route itself is missing: {"detail": "Not Found"}
+            field_error(
+                FIELD,
+                "'adapter' loads each adapter at run time, but the server has no /v1/load_lora_adapter.",
+                f"restart it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its environment, or set {FIELD}='merged'.",
+            )
+    else:
+        status, body = probe("/collective_rpc", {"method": VERSION_METHOD})
+        if status != 200:
+            field_error(
+                FIELD,
+                f"'merged' reloads the weights through grpo_hub's worker extension, but the server answered "
+                f"{status} ({str(body)[:160]}).",
+                f"restart it with VLLM_SERVER_DEV_MODE=1 in its environment and --worker-extension-cls {EXTENSION} "
+                "(grpo_hub installed where it runs), or use a LoRA adapter with vllm_server_sync='adapter'.",
+            )
+
+
+def make_http_sync_client():
+    """`HTTPSyncClient`: TRL's `VLLMClient` (vLLM is imported with it) without an NCCL group."""
+    from trl.generation.vllm_client import VLLMClient
+
+    class HTTPSyncClient(VLLMClient):
+        """TRL's client for vLLM's OpenAI server; weights go over HTTP (`ServerAdapterSync`, `ServerMergedSync`)."""
+
+        def check_server(self, total_timeout: float = 0.0, retry_interval: float = 2.0):
+            try:
+                super().check_server(total_timeout, retry_interval)
+            except ConnectionError:
+                field_error(
+                    "vllm_server_base_url",
+                    f"no vLLM server answered at {self.base_url}/health within vllm_server_timeout={total_timeout} s.",
+                    f"{SERVER_FIX}; or raise vllm_server_timeout while it starts.",
+                )
+
+        def init_communicator(self, device=0):
+            """No NCCL group: the syncs here send weights over HTTP."""
+
+        def post(self, path: str, payload: dict) -> tuple[int, dict]:
+            """(status, JSON body) of a POST to the server."""
+            response = self.session.post(f"{self.base_url}{path}", json=payload)
+            try:
+                return response.status_code, response.json()
+            except ValueError:
+                return response.status_code, {"text": response.text}
+
+        def call(self, path: str, payload: dict) -> dict:
+            """POST that must succeed; a failure names the endpoint and the server's answer."""
+            status, body = self.post(path, payload)
+            if status != 200:
+                raise RuntimeError(f"vLLM server {self.base_url}{path} answered {status}: {body}")
+            return body
+
+    return HTTPSyncClient
+
+
+@contextlib.contextmanager
+def http_sync_client(enabled: bool):
+    """While TRL's `VLLMGeneration` is built in server mode, it builds `HTTPSyncClient` instead of `VLLMClient`."""
+    if not enabled:
+        yield
+        return
+    from trl.generation import vllm_generation
+
+    original = vllm_generation.VLLMClient
+    vllm_generation.VLLMClient = make_http_sync_client()
+    try:
+        yield
+    finally:
+        vllm_generation.VLLMClient = original
+
+
+def sync_folder(sync_dir: str | None) -> Path:
+    """The folder syncs are written to: `sync_dir`, or a fresh temporary folder on this machine."""
+    if sync_dir is None:
+        return Path(tempfile.mkdtemp(prefix="grpo-hub-sync-"))
+    Path(sync_dir).mkdir(parents=True, exist_ok=True)
+    return Path(sync_dir)
+
+
+def write_atomically(target: Path, write) -> None:
+    """`write(staging)` into a sibling then rename it to `target`: the server never reads a half-written sync."""
+    staging = target.with_name(f".{target.name}.partial")
+    write(staging)
+    os.replace(staging, target)
+
+
+class ServerSync:
+    """What both sync modes share: the client (main process only; None elsewhere), the folder, the count of syncs,
+    the bytes and seconds of the last one, and `wait_idle`, called before weights change under running requests."""
+
+    def __init__(self, client, folder: Path, is_main_process: bool):
+        self.client, self.folder, self.is_main = client, folder, is_main_process
+        self.syncs, self.bytes_last_sync, self.seconds_last_sync = 0, 0, 0.0
+        self.wait_idle = lambda: None  # set by the asynchronous rollouts
+
+    def sync(self) -> None:
+        start = time.perf_counter()
+        tensors = self.collect()  # every rank: the gathers are collectives
+        self.syncs += 1
+        self.bytes_last_sync = sum(t.numel() * t.element_size() for t in tensors.values())
+        if self.is_main:
+            self.send(tensors)
+            self.client.reset_prefix_cache()
+        self.seconds_last_sync = time.perf_counter() - start
+
+
+class ServerAdapterSync(ServerSync):
+    """'adapter': the trained adapter, loaded under a fresh name; adapters no running request names are unloaded."""
+
+    mode = ADAPTER
+
+    def __init__(self, client, folder, is_main_process, *, model, adapter: str, gather_params):
+        super().__init__(client, folder, is_main_process)
+        self.model, self.adapter, self.gather_params = model, adapter, gather_params
+        self.config = model.peft_config[adapter]
+        self.loaded: list[str] = []  # names the server holds, oldest first
+        self.in_use = lambda: set()  # names running requests still generate with (asynchronous rollouts)
+
+    def collect(self) -> dict:
+        return gathered_adapter(self.model, self.adapter, self.gather_params)
+
+    def send(self, tensors: dict) -> None:
+        from safetensors.torch import save_file
+
+        name = f"{self.adapter}-sync{self.syncs}"
+        config = {**self.config.to_dict(), "target_modules": sorted(self.config.target_modules)}
+
+        def write(folder: Path) -> None:
+            folder.mkdir()
+            save_file(
+                {k: v.contiguous() for k, v in tensors.items()}, str(folder / "adapter_model.safetensors")
+            )
+            (folder / "adapter_config.json").write_text(json.dumps(config, default=str))
+
+        write_atomically(self.folder / name, write)
+        self.client.call("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(self.folder / name)})
+        self.client.model = name  # every later request generates with it
+        self.loaded.append(name)
+        busy = self.in_use()
+        for old in [n for n in self.loaded[:-1] if n not in busy]:
+            self.client.call("/v1/unload_lora_adapter", {"lora_name": old})
+            self.loaded.remove(old)
+            _remove_tree(self.folder / old)
+
+
+class ServerMergedSync(ServerSync):
+    """'merged': the merged (or full) weights in one safetensors file, reloaded in place by the worker extension,
+    once no request is running (`wait_idle`): vLLM swaps the weights under every request it is serving."""
+
+    mode = MERGED
+
+    def __init__(self, client, folder, is_main_process, *, named_params):
+        super().__init__(client, folder, is_main_process)
+        self.named_params = named_params  # TRL's `VLLMGeneration._iter_named_params`
+
+    def collect(self) -> dict:
+        # copies: TRL unmerges the adapter in place once the iteration ends
+        return {name: param.detach().to("cpu", copy=True).contiguous() for name, param in self.named_params()}
+
+    def send(self, tensors: dict) -> None:
+        from safetensors.torch import save_file
+
+        target = self.folder / "weights.safetensors"
+        write_atomically(target, lambda staging: save_file(tensors, str(staging)))
+        self.wait_idle()
+        self.client.call("/collective_rpc", {"method": RELOAD_METHOD, "args": [str(target)]})
+
+
+def _remove_tree(folder: Path) -> None:
+    for path in folder.glob("*"):
+        path.unlink()
+    folder.rmdir()

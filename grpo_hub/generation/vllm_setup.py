@@ -1,14 +1,108 @@
-"""How TRL's `VLLMGeneration` is prepared once the trainer is built: which weight sync it runs, per mode."""
+"""How TRL's `VLLMGeneration` is prepared once the trainer is built: which weight sync it runs, per mode, and (server
+mode) the checks of the server and the asynchronous rollouts."""
 
 from __future__ import annotations
 
-from grpo_hub.generation.adapter_sync import install_adapter_sync
+from dataclasses import dataclass
+
+from grpo_hub.errors import field_error
+from grpo_hub.generation import server
+from grpo_hub.generation.adapter_sync import (
+    check_not_fsdp,
+    check_servable,
+    head_targets,
+    install_adapter_sync,
+)
+from grpo_hub.generation.async_rollouts import AsyncRollouts, sampling_params
 from grpo_hub.generation.colocate import enable_cpu_weight_sync
 
 
-def prepare_vllm_generation(generation, *, adapter_sync: bool, adapter: str | None) -> None:
+def prepare_colocate(generation, *, adapter_sync: bool, adapter: str | None) -> None:
     """Colocate mode: adapter-only sync of `adapter` when `adapter_sync`, else (on CPU) sync through vLLM's reload."""
     if adapter_sync:
         install_adapter_sync(generation, adapter)
     else:
         enable_cpu_weight_sync(generation)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What server mode needs of the config and the model: the requested sync ('auto', 'adapter', 'merged'), the
+    folder syncs go through, k (`max_staleness`), whether training reads vLLM's log-probs, the trained adapter's name
+    (None without PEFT), the model's name or path, and the completions per prompt."""
+
+    sync: str
+    sync_dir: str | None
+    max_staleness: int
+    reads_sampler_logprobs: bool
+    adapter: str | None
+    model_name: str
+    num_generations: int
+
+
+def base_weight_bytes(model) -> int:
+    """Bytes of the weights a merged sync sends (every parameter but the LoRA factors)."""
+    return sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "lora_" not in n)
+
+
+def check_server(client, settings: ServerSettings, model) -> str:
+    """Main process: the server serves this model, with the log-probs the IS correction needs, and takes the sync
+    it is given; returns the sync mode 'auto' resolves to. Raises one error naming the setting and the fix."""
+    info = client.get_server_info()
+    server.check_served_model(
+        client.session.get(f"{client.base_url}/v1/models").json()["data"][0], settings.model_name
+    )
+    if settings.reads_sampler_logprobs:
+        server.check_server_logprobs_mode(info)
+    sync = server.choose_sync(
+        settings.sync,
+        has_adapter=settings.adapter is not None,
+        server_device=info["device_config"]["device"],
+        base_bytes=base_weight_bytes(model),
+    )
+    rank = model.peft_config[settings.adapter].r if settings.adapter is not None else None
+    server.check_sync_support(info, client.post, sync, rank)
+    return sync
+
+
+def prepare_server(generation, settings: ServerSettings, *, collectives, metrics) -> AsyncRollouts | None:
+    """Server mode: check the server (before training starts), install the HTTP sync ('auto' resolved on the main
+    process and broadcast), and with max_staleness > 0 the asynchronous rollouts; returns them (None for k = 0).
+    `collectives` = (gather_object, broadcast_object, rank, is_main_process)."""
+    gather_object, broadcast, rank, is_main = collectives
+    client, model = getattr(generation, "vllm_client", None), generation.model
+    decided = [check_server(client, settings, model) if is_main else None]
+    broadcast(decided)
+    sync_mode = decided[0]
+    if sync_mode == server.ADAPTER and settings.adapter is None:
+        field_error(server.FIELD, "'adapter' syncs a LoRA adapter, but the model has none.", "use 'merged'.")
+    folder = server.sync_folder(settings.sync_dir) if is_main else None
+    if sync_mode == server.ADAPTER:
+        check_not_fsdp(generation)
+        check_servable(model.peft_config[settings.adapter], head_targets(model))
+        sync = server.ServerAdapterSync(
+            client,
+            folder,
+            is_main,
+            model=model,
+            adapter=settings.adapter,
+            gather_params=generation._dist.gather_params,
+        )
+    else:
+        sync = server.ServerMergedSync(client, folder, is_main, named_params=generation._iter_named_params)
+    generation.sync_weights = sync.sync
+    generation.grpo_hub_sync = sync  # read by the trainer's logs
+    if settings.max_staleness == 0:
+        return None
+    rollouts = AsyncRollouts(
+        client,
+        max_staleness=settings.max_staleness,
+        num_generations=settings.num_generations,
+        sampling=sampling_params(generation),
+        extra_kwargs=generation.generation_kwargs,
+        collectives=collectives,
+        metrics=metrics,
+    )
+    sync.wait_idle, sync.in_use = rollouts.wait_idle, rollouts.in_use
+    generation.generate = rollouts.serve(generation.generate)
+    return rollouts

@@ -47,6 +47,9 @@ class GenerationBatchStream:
         self.exhausted = False  # the epoch's iterator ran out
         self._iterator: Iterator | None = None
         self._skip = 0  # items the first iterator after a resume skips
+        self.held: tuple[int, int] | None = (
+            None  # (epoch, consumed) before the oldest batch read but not trained
+        )
 
     def enter(self, iterator: Iterator) -> int:
         """The iterator transformers pulls from next: a new one is the next epoch (after a resume, the saved
@@ -74,7 +77,10 @@ class GenerationBatchStream:
 
     def state_dict(self, epoch_length: int | None = None) -> dict:
         """Where the stream is; `epoch_length` (items per epoch, if known) also marks a fully consumed epoch
-        as run out before its iterator has said so."""
+        as run out before its iterator has said so. With batches read but not trained (`held`, asynchronous
+        rollouts in flight), the position before the oldest of them: a resume generates them again."""
+        if self.held is not None:
+            return {"epoch": self.held[0], "consumed": self.held[1], "exhausted": False}
         exhausted = self.exhausted or (epoch_length is not None and self.consumed >= epoch_length)
         return {"epoch": self.epoch, "consumed": self.consumed, "exhausted": exhausted}
 
@@ -91,7 +97,7 @@ def load_stream_state(folder: str, global_step: int) -> dict:
     path = os.path.join(folder, STATE_FILE)
     if not os.path.isfile(path):
         raise ValueError(
-            f"Resuming at step {global_step} with dynamic_sampling or selective_rollout, but {folder} has no "
+            f"Resuming at step {global_step} with dynamic_sampling, selective_rollout or max_staleness, but {folder} has no "
             f"{STATE_FILE}: a step reads more than one generation batch, so transformers' resume position would "
             "re-read or skip prompts. Fix: resume from a checkpoint saved by GRPOHubTrainer with the same "
             "settings, or set ignore_data_skip=True to restart the epoch transformers computes from its beginning."
@@ -120,3 +126,13 @@ class BatchStreamCallback(TrainerCallback):
             os.makedirs(folder, exist_ok=True)
             length = len(train_dataloader) if has_length(train_dataloader) else None
             torch.save(self.stream.state_dict(length), os.path.join(folder, STATE_FILE))
+
+
+class RolloutsCallback(TrainerCallback):
+    """Asynchronous rollouts: the batches still in flight when training ends are dropped (never trained)."""
+
+    def __init__(self, rollouts):
+        self.rollouts = rollouts
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.rollouts.close()

@@ -288,9 +288,38 @@ class GRPOHubConfig(GRPOConfig):
         metadata={
             "help": "Colocate mode with a PEFT LoRA model: the engine loads the base weights once, with LoRA enabled "
             "(rank bound from the adapter), and each sync hands it the trained adapter's A/B tensors in memory; "
-            "generation runs with that adapter, nothing is merged and no base weight moves. Refused: server mode, "
-            "sleep mode, no PEFT model, modules_to_save, DoRA, trained biases, adapters on the embeddings or the LM "
-            "head (docs/vllm.md). False: TRL's sync (merge, push every base weight, unmerge)."
+            "generation runs with that adapter, nothing is merged and no base weight moves. In server mode it means "
+            "vllm_server_sync='adapter'. Refused: sleep mode, no PEFT model, modules_to_save, DoRA, trained biases, "
+            "adapters on the embeddings or the LM head (docs/vllm.md). False: TRL's sync (merge, push every base "
+            "weight, unmerge)."
+        },
+    )
+
+    # --- vLLM server mode over HTTP, no NCCL (grpo_hub/generation/server.py; docs/async.md) ---
+    vllm_server_sync: str = field(
+        default="auto",
+        metadata={
+            "help": "How the trainer's weights reach a vLLM OpenAI server (vllm_mode='server') before each "
+            "generation after an optimizer step: 'adapter' (the trained LoRA adapter only, served under a fresh name "
+            "through /v1/load_lora_adapter), 'merged' (the merged LoRA or full weights, reloaded in place by "
+            "grpo_hub's worker extension through /collective_rpc), or 'auto' (merged without PEFT or on a CPU "
+            "server, adapter on a GPU server when the base weights reach 1 GiB; docs/vllm.md)."
+        },
+    )
+    vllm_server_sync_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Folder each server sync writes the adapter or weights to; the server reads them at the same "
+            "path (a shared filesystem for a server on another node). None: a temporary folder on this machine."
+        },
+    )
+    max_staleness: int = field(
+        default=0,
+        metadata={
+            "help": "Asynchronous rollouts in server mode: the server generates the next max_staleness generation "
+            "batches while the trainer trains the current one, so every trained row comes from a policy at most "
+            "max_staleness optimizer steps old; vLLM's importance-sampling correction (its log-probs are the "
+            "behaviour policy's) makes the update off-policy-correct. 0: synchronous, TRL's loop (docs/async.md)."
         },
     )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from grpo_hub.algos import advantages, importance, loss_types, losses, selection
 from grpo_hub.errors import field_error
+from grpo_hub.generation import server
 from grpo_hub.training.reference import validate_reference_settings
 from grpo_hub.training.validation import check_choice, check_positive
 from grpo_hub.training.vllm_checks import check_sampler_matches_trainer
@@ -157,6 +158,19 @@ def check_adv_clip(c) -> None:
 def check_vllm_is(c) -> None:
     check_sampler_matches_trainer(c)
     check_choice("vllm_is_pooling", c.vllm_is_pooling, importance.POOLINGS, optional=True)
+
+
+def check_vllm_server_sync(c) -> None:
+    check_choice("vllm_server_sync", c.vllm_server_sync, server.SYNC_MODES)
+
+
+def check_max_staleness(c) -> None:
+    if c.max_staleness < 0:
+        field_error(
+            "max_staleness",
+            f"is a number of optimizer steps, got {c.max_staleness}.",
+            "use 0 (synchronous) or a positive bound such as 1.",
+        )
 
 
 def check_reference_adapter(c) -> None:

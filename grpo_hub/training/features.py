@@ -38,6 +38,8 @@ MICRO_BATCH_MEAN = "is a mean or quantile over the rows of each micro-batch"
 OWN_LOSS = "runs grpo_hub's own loss path"
 TRL_LOSS_ONLY = "is implemented in TRL's loss only"
 NEEDS_REFERENCE = "needs reference log-probs"
+TURN_BY_TURN_GENERATION = "generates each turn after the previous turn's tool results"
+GENERATES_AHEAD = "generates batches before the policy that trains them exists"
 TAGS = (
     EDITS_REWARDS,
     RESCALES_REWARDS,
@@ -53,6 +55,8 @@ TAGS = (
     OWN_LOSS,
     TRL_LOSS_ONLY,
     NEEDS_REFERENCE,
+    TURN_BY_TURN_GENERATION,
+    GENERATES_AHEAD,
 )
 
 
@@ -81,6 +85,10 @@ class Feature:
     needs_peft: bool = False  # the example trains only a PEFT model
     multi_turn: bool = False  # the example trains only on tool-calling rollouts (per-turn rewards)
     trains: bool = True  # False: needs what the CPU test machine lacks (vLLM), so config-time only
+
+
+def _uses_server(c) -> bool:
+    return c.use_vllm and c.vllm_mode == "server"
 
 
 def _skips_flat_groups(c) -> bool:
@@ -138,7 +146,10 @@ FEATURES = (
         lambda c: c.importance_sampling_level == "turn",
         None,
         (LOSS,),
-        {OWN_LOSS: "turn-level ratios"},
+        {
+            OWN_LOSS: "turn-level ratios",
+            TURN_BY_TURN_GENERATION: "turn-level ratios need tool-calling rollouts",
+        },
         checks=(checks.check_ratio_level,),
         page="multi-turn.md",
         multi_turn=True,
@@ -269,6 +280,7 @@ FEATURES = (
             BUILDS_ADVANTAGES: "per-turn advantages",
             PER_TURN_REWARDS: "per-turn rewards are used raw",
             FLAT_GROUP_SIGNAL: "per-turn rewards",
+            TURN_BY_TURN_GENERATION: "per-turn advantages need tool-calling rollouts",
         },
         checks=(checks.check_turn_advantages,),
         page="multi-turn.md",
@@ -412,6 +424,34 @@ FEATURES = (
         dependents=(Dependents(("vllm_adapter_sync",), "use_vllm=True", lambda c: c.use_vllm),),
         page="vllm.md",
         needs_peft=True,
+        trains=False,
+    ),
+    Feature(
+        "vllm_server_sync",
+        "vllm_server_sync",
+        lambda c: _uses_server(c),
+        {"use_vllm": True, "vllm_mode": "server", "vllm_server_sync": "merged"},
+        (GENERATION,),
+        checks=(checks.check_vllm_server_sync,),
+        dependents=(
+            Dependents(
+                ("vllm_server_sync", "vllm_server_sync_dir", "max_staleness"),
+                "use_vllm=True and vllm_mode='server'",
+                lambda c: _uses_server(c),
+            ),
+        ),
+        page="vllm.md",
+        trains=False,
+    ),
+    Feature(
+        "async_rollouts",
+        "max_staleness",
+        lambda c: _uses_server(c) and c.max_staleness > 0,
+        {"use_vllm": True, "vllm_mode": "server", "max_staleness": 1},
+        (GENERATION, LOSS),
+        {GENERATES_AHEAD: "asynchronous rollouts generate a batch before the policy that trains it"},
+        checks=(checks.check_max_staleness,),
+        page="async.md",
         trains=False,
     ),
 )

@@ -30,6 +30,7 @@ def resolve(c) -> None:
        here, before TRL's own checks read them.
     5. dynamic_sampling -> filter_zero_signal=True (recorded in `implied_by`, so errors name the switch the user set).
     6. zero_signal_pack None -> on when filtering is on and packing is exact (`conflicts.pack_blockers`), else off.
+    7. vllm_adapter_sync in server mode -> vllm_server_sync='adapter' when it is 'auto'.
     """
     loss = loss_types.REGISTRY.get(c.loss_type)  # an unknown loss_type is refused by validation
     if loss is not None and loss.is_preset:
@@ -76,6 +77,12 @@ def resolve(c) -> None:
         c.implied_by["filter_zero_signal"] = "dynamic_sampling"
     if c.filter_zero_signal and c.zero_signal_pack is None and c.loss_type in loss_types.REGISTRY:
         c.zero_signal_pack = not conflicts.pack_blockers(c)  # (an unknown loss_type is refused by validation)
+    if (
+        features.is_on("vllm_adapter_sync", c)
+        and features.is_on("vllm_server_sync", c)
+        and c.vllm_server_sync == "auto"
+    ):
+        c.vllm_server_sync = "adapter"
 
 
 def apply_vllm_is_preset(config) -> None:

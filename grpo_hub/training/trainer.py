@@ -18,10 +18,11 @@ Every formula lives in `grpo_hub.algos`; the helpers of this wing get narrow inp
 from here. Nothing here copies TRL code.
 """
 
+import copy
 import functools
 
 import torch
-from accelerate.utils import gather_object, is_peft_model
+from accelerate.utils import broadcast_object_list, gather_object, is_peft_model
 from trl import GRPOTrainer
 from trl.trainer.utils import use_adapter
 
@@ -30,9 +31,15 @@ from grpo_hub.algos import loss_types
 from grpo_hub.algos.loss_denominator import batch_counts, micro_batch_denominator
 from grpo_hub.generation.adapter_sync import adapter_engine
 from grpo_hub.generation.is_diagnostics import edit_is_weights
-from grpo_hub.generation.vllm_setup import prepare_vllm_generation
+from grpo_hub.generation.server import http_sync_client
+from grpo_hub.generation.vllm_setup import ServerSettings, prepare_colocate, prepare_server
 from grpo_hub.training import features, filtering, scored_batch
-from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream, load_stream_state
+from grpo_hub.training.batch_stream import (
+    BatchStreamCallback,
+    GenerationBatchStream,
+    RolloutsCallback,
+    load_stream_state,
+)
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.config import GRPOHubConfig
 from grpo_hub.training.dynamic_sampling import DynamicSampler
@@ -54,6 +61,7 @@ from grpo_hub.training.reference import (
 from grpo_hub.training.run_record import run_record
 from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback, signature_columns
 from grpo_hub.training.turns import TurnCredit
+from grpo_hub.training.vllm_checks import uses_sampler_logprobs
 
 check_trl_seams(GRPOTrainer)
 
@@ -70,8 +78,12 @@ class GRPOHubTrainer(GRPOTrainer):
                 f"`args` must be a GRPOHubConfig, got {type(args).__name__}; build a GRPOHubConfig."
             )
         colocate_adapter = features.is_on("vllm_adapter_sync", args) and args.vllm_mode == "colocate"
-        with adapter_engine(colocate_adapter, model, kwargs.get("peft_config")):  # a LoRA-enabled engine
+        with (
+            adapter_engine(colocate_adapter, model, kwargs.get("peft_config")),  # a LoRA-enabled engine
+            http_sync_client(features.is_on("vllm_server_sync", args)),  # server mode without NCCL
+        ):
             super().__init__(model, reward_funcs, args=args, **kwargs)
+        self._rollouts = None  # asynchronous rollouts (max_staleness > 0)
         if args.use_vllm:
             self._prepare_vllm(colocate_adapter)
         eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
@@ -96,7 +108,7 @@ class GRPOHubTrainer(GRPOTrainer):
         )  # top / bottom rewards seen
         self._batch_stream = None  # the epoch read in generation batches, for refills and replacements
         self._resumed_from = None  # checkpoint whose stream position is being restored
-        if args.dynamic_sampling or args.selective_rollout:
+        if args.dynamic_sampling or args.selective_rollout or self._rollouts is not None:
             self._batch_stream = GenerationBatchStream(args.steps_per_generation * self.num_iterations)
             self.add_callback(BatchStreamCallback(self._batch_stream))
         self._dynamic_sampler = self._make_dynamic_sampler() if args.dynamic_sampling else None
@@ -118,9 +130,56 @@ class GRPOHubTrainer(GRPOTrainer):
             )
 
     def _prepare_vllm(self, colocate_adapter: bool) -> None:
-        """The weight sync TRL's `VLLMGeneration` runs (grpo_hub.generation.vllm_setup)."""
-        adapter = trained_adapter_name(self.model) if colocate_adapter else None
-        prepare_vllm_generation(self.vllm_generation, adapter_sync=colocate_adapter, adapter=adapter)
+        """The weight sync TRL's `VLLMGeneration` runs, and in server mode the server checks and the asynchronous
+        rollouts (grpo_hub.generation.vllm_setup)."""
+        args = self.args
+        if args.vllm_mode == "colocate":
+            adapter = trained_adapter_name(self.model) if colocate_adapter else None
+            prepare_colocate(self.vllm_generation, adapter_sync=colocate_adapter, adapter=adapter)
+            return
+        settings = ServerSettings(
+            sync=args.vllm_server_sync,
+            sync_dir=args.vllm_server_sync_dir,
+            max_staleness=args.max_staleness,
+            reads_sampler_logprobs=uses_sampler_logprobs(args),
+            adapter=trained_adapter_name(self.model) if is_peft_model(self.model) else None,
+            model_name=self.model.config._name_or_path,
+            num_generations=self.num_generations,
+        )
+        collectives = (
+            gather_object,
+            lambda objects: broadcast_object_list(objects, from_process=0),
+            self.accelerator.process_index,
+            self.accelerator.is_main_process,
+        )
+        self._rollouts = prepare_server(
+            self.vllm_generation, settings, collectives=collectives, metrics=self._metrics["train"]
+        )
+        if self._rollouts is not None:
+            self.add_callback(RolloutsCallback(self._rollouts))
+
+    def _next_async_batch(self, inputs):
+        """max_staleness > 0: sync the server to this step's policy, launch `inputs` (at the start and after a resume
+        also k more read ahead), and return the oldest launched batch, whose completions TRL's generate is served."""
+        if self._last_loaded_step != self.state.global_step:
+            self.vllm_generation.sync_weights()
+            self._last_loaded_step = self.state.global_step
+        stream, step = self._batch_stream, self.state.global_step
+        before = (stream.epoch, max(stream.consumed - stream.period, 0))  # `inputs` is the last batch pulled
+        self._rollouts.launch(inputs, self._prompt_ids(inputs), step, before)
+        while self._rollouts.priming():
+            before = (stream.epoch, stream.consumed)
+            ahead = stream.next_batch()
+            if ahead is None:  # the epoch has no full batch left
+                break
+            self._rollouts.launch(ahead, self._prompt_ids(ahead), step, before)
+        head = self._rollouts.pop(step)
+        stream.held = self._rollouts.resume_position()
+        return head
+
+    def _prompt_ids(self, inputs) -> list:
+        """The token ids TRL's `_generate` sends for these rows (its own `_tokenize_prompts`)."""
+        return self._tokenize_prompts(copy.deepcopy([x["prompt"] for x in inputs]))[0]
 
     def _make_dynamic_sampler(self) -> DynamicSampler:
         return DynamicSampler.from_config(
@@ -241,6 +300,8 @@ class GRPOHubTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         if mode == "train" and self._selector is not None:  # GRESO: skip predicted zero-signal prompts
             inputs = self._selector.select(inputs)
+        if mode == "train" and self._rollouts is not None:  # asynchronous: train the oldest launched batch
+            inputs = self._next_async_batch(inputs)
         check_batch_prompts(inputs, environment_prompts=self.environment_factories is not None)
         output = super()._generate_and_score_completions(inputs)
         group_size = self.num_generations if mode == "train" else self.num_generations_eval

@@ -161,7 +161,20 @@ INVALID = [
         {"vllm_is_pooling": "mean", "use_vllm": True, "vllm_importance_sampling_mode": "token_mask"},
     ),
     ("vllm_is_preset", {"vllm_is_preset": "verl", "use_vllm": True}),
-    ("vllm_adapter_sync", {"vllm_adapter_sync": True, "use_vllm": True, "vllm_mode": "server"}),
+    (
+        "vllm_adapter_sync",
+        {"vllm_adapter_sync": True, "use_vllm": True, "vllm_mode": "server", "vllm_server_sync": "merged"},
+    ),
+    ("vllm_server_sync", {"use_vllm": True, "vllm_mode": "server", "vllm_server_sync": "nccl"}),
+    ("vllm_server_sync", {"vllm_server_sync": "merged"}),  # colocate: no effect
+    ("vllm_server_sync_dir", {"vllm_server_sync_dir": "/tmp/sync"}),
+    ("max_staleness", {"use_vllm": True, "vllm_mode": "server", "max_staleness": -1}),
+    ("max_staleness", {"max_staleness": 1}),  # no server
+    (
+        "max_staleness",
+        {"use_vllm": True, "vllm_mode": "server", "max_staleness": 1, "vllm_importance_sampling_correction": False},
+    ),
+    ("max_staleness", {"use_vllm": True, "vllm_mode": "server", "max_staleness": 1, "selective_rollout": True}),
     ("dynamic_sampling_max_rounds", {"dynamic_sampling": True, "dynamic_sampling_max_rounds": -1}),
     ("dynamic_sampling_on_cap", {"dynamic_sampling": True, "dynamic_sampling_on_cap": "skip"}),
     ("dynamic_sampling_target_groups", {"dynamic_sampling": True, "dynamic_sampling_target_groups": 0}),
@@ -285,6 +298,9 @@ EFFECTIVE = {
     ),
     "vllm_is_preset": ("agilerl", {"use_vllm": True}),
     "vllm_adapter_sync": (True, {"use_vllm": True}),
+    "vllm_server_sync": ("merged", {"use_vllm": True, "vllm_mode": "server"}),
+    "vllm_server_sync_dir": ("/tmp/sync", {"use_vllm": True, "vllm_mode": "server"}),
+    "max_staleness": (1, {"use_vllm": True, "vllm_mode": "server"}),
     "ref_adapter_sync_steps": (10, {"ref_adapter_sync_on": "steps", "beta": 0.1}),
     "ref_adapter_mixup_alpha": (0.5, {"ref_adapter_sync_on": "epoch", "beta": 0.1}),
     "ref_adapter_save": (True, {"beta": 0.1}),
