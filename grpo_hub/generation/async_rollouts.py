@@ -72,6 +72,7 @@ class AsyncRollouts:
             self.client.session = type(client.session)()
             self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-hub-rollouts")
         self.served = client  # its `model` is the name the last sync serves (None off the main process)
+        self.before_launch = lambda: None  # e.g. re-sync a restarted server (every rank calls it)
 
     def priming(self) -> bool:
         """Whether fewer than k + 1 batches are in flight (the start, or after a resume): read ahead and launch."""
@@ -79,6 +80,7 @@ class AsyncRollouts:
 
     def launch(self, inputs: list, prompt_ids: list, version: int, resume_at: tuple[int, int]) -> None:
         """Send this generation batch to the server with the policy of optimizer step `version` (synced)."""
+        self.before_launch()
         all_ids = self.gather_object(prompt_ids)
         future, model = None, self.served.model if self.is_main else ""
         if self.is_main:

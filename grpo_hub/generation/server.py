@@ -22,6 +22,7 @@ import json
 import os
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from grpo_hub.errors import field_error
@@ -32,6 +33,7 @@ ADAPTER, MERGED, AUTO = "adapter", "merged", "auto"
 SYNC_MODES = (AUTO, ADAPTER, MERGED)
 EXTENSION = "grpo_hub.generation.worker_extension.WorkerExtension"
 RELOAD_METHOD, VERSION_METHOD = "grpo_hub_reload_weights", "grpo_hub_extension_version"
+CHECKPOINT_METHOD = "grpo_hub_reload_checkpoint"
 # 'auto' on a GPU server: adapter-only from this many bytes of base weights (docs/vllm.md: at the Qwen2.5-0.5B shape
 # a merged sync moves ~1 GB per step, seconds on a disk or a network, while vLLM's GPU LoRA kernels cost 1.1-2x per
 # generated token; on CPU the LoRA path measured 3.5x slower per batch, so a CPU server always takes merged weights).
@@ -194,6 +196,7 @@ class ServerSync:
     def __init__(self, client, folder: Path, is_main_process: bool):
         self.client, self.folder, self.is_main = client, folder, is_main_process
         self.syncs, self.bytes_last_sync, self.seconds_last_sync = 0, 0, 0.0
+        self.instance = None  # the vLLM instance the last sync reached (a restarted server is another one)
         self.wait_idle = lambda: None  # set by the asynchronous rollouts
 
     def sync(self) -> None:
@@ -204,7 +207,22 @@ class ServerSync:
         if self.is_main:
             self.send(tensors)
             self.client.reset_prefix_cache()
+            self.instance = self.client.get_server_info()["instance_id"]
         self.seconds_last_sync = time.perf_counter() - start
+
+    def ensure_current(self, broadcast) -> None:
+        """Before generating: a server restarted since the last sync serves its checkpoint, not the trainer's
+        weights, so sync again (every rank calls this; the main process asks the server and broadcasts)."""
+        restarted = [
+            self.is_main and self.syncs > 0 and self.client.get_server_info()["instance_id"] != self.instance
+        ]
+        broadcast(restarted)
+        if restarted[0]:
+            self.forget_served()
+            self.sync()
+
+    def forget_served(self) -> None:
+        """What the previous server instance held is gone with it."""
 
 
 class ServerAdapterSync(ServerSync):
@@ -216,16 +234,31 @@ class ServerAdapterSync(ServerSync):
         super().__init__(client, folder, is_main_process)
         self.model, self.adapter, self.gather_params = model, adapter, gather_params
         self.config = model.peft_config[adapter]
+        self.run_id = uuid.uuid4().hex[:8]
         self.loaded: list[str] = []  # names the server holds, oldest first
         self.in_use = lambda: set()  # names running requests still generate with (asynchronous rollouts)
 
     def collect(self) -> dict:
         return gathered_adapter(self.model, self.adapter, self.gather_params)
 
+    def restore_checkpoint(self) -> None:
+        """The adapter applies to the server's checkpoint weights: reload them where grpo_hub's worker extension can
+        (only it changes a server's weights in place, so a server without it holds its checkpoint)."""
+        status, body = self.client.post("/collective_rpc", {"method": CHECKPOINT_METHOD})
+        if status == 200:
+            return
+        if "has no attribute" not in str(body) and status != 404:
+            raise RuntimeError(f"vLLM server {self.client.base_url}: reloading its checkpoint answered {status}: {body}")
+
+    def forget_served(self) -> None:
+        for name in self.loaded:
+            _remove_tree(self.folder / name)
+        self.loaded = []
+
     def send(self, tensors: dict) -> None:
         from safetensors.torch import save_file
 
-        name = f"{self.adapter}-sync{self.syncs}"
+        name = f"{self.adapter}-{self.run_id}-sync{self.syncs}"  # fresh on a server other runs may have used
         config = {**self.config.to_dict(), "target_modules": sorted(self.config.target_modules)}
 
         def write(folder: Path) -> None:
@@ -236,6 +269,8 @@ class ServerAdapterSync(ServerSync):
             (folder / "adapter_config.json").write_text(json.dumps(config, default=str))
 
         write_atomically(self.folder / name, write)
+        if not self.loaded:  # first sync to this server: its base weights may hold an earlier run's merged sync
+            self.restore_checkpoint()
         self.client.call("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(self.folder / name)})
         self.client.model = name  # every later request generates with it
         self.loaded.append(name)

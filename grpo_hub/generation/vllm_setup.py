@@ -93,6 +93,7 @@ def prepare_server(generation, settings: ServerSettings, *, collectives, metrics
     generation.sync_weights = sync.sync
     generation.grpo_hub_sync = sync  # read by the trainer's logs
     if settings.max_staleness == 0:
+        generation.generate = current_weights_first(generation.generate, sync, broadcast)
         return None
     rollouts = AsyncRollouts(
         client,
@@ -104,5 +105,16 @@ def prepare_server(generation, settings: ServerSettings, *, collectives, metrics
         metrics=metrics,
     )
     sync.wait_idle, sync.in_use = rollouts.wait_idle, rollouts.in_use
-    generation.generate = rollouts.serve(generation.generate)
+    rollouts.before_launch = lambda: sync.ensure_current(broadcast)
+    generation.generate = rollouts.serve(current_weights_first(generation.generate, sync, broadcast))
     return rollouts
+
+
+def current_weights_first(generate, sync, broadcast):
+    """TRL's `VLLMGeneration.generate`, after re-syncing a server that restarted since the last sync."""
+
+    def generating(*args, **kwargs):
+        sync.ensure_current(broadcast)
+        return generate(*args, **kwargs)
+
+    return generating

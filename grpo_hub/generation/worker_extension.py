@@ -29,3 +29,8 @@ class WorkerExtension:
         self.model_runner.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
         repack_embeddings(self.model_runner.model)
         return len(tensors)
+
+    def grpo_hub_reload_checkpoint(self) -> None:
+        """Reload the checkpoint the server started from (undoes earlier merged syncs: the base of 'adapter')."""
+        self.model_runner.reload_weights(is_checkpoint_format=True)
+        repack_embeddings(self.model_runner.model)

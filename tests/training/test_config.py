@@ -172,9 +172,17 @@ INVALID = [
     ("max_staleness", {"max_staleness": 1}),  # no server
     (
         "max_staleness",
-        {"use_vllm": True, "vllm_mode": "server", "max_staleness": 1, "vllm_importance_sampling_correction": False},
+        {
+            "use_vllm": True,
+            "vllm_mode": "server",
+            "max_staleness": 1,
+            "vllm_importance_sampling_correction": False,
+        },
     ),
-    ("max_staleness", {"use_vllm": True, "vllm_mode": "server", "max_staleness": 1, "selective_rollout": True}),
+    (
+        "max_staleness",
+        {"use_vllm": True, "vllm_mode": "server", "max_staleness": 1, "selective_rollout": True},
+    ),
     ("dynamic_sampling_max_rounds", {"dynamic_sampling": True, "dynamic_sampling_max_rounds": -1}),
     ("dynamic_sampling_on_cap", {"dynamic_sampling": True, "dynamic_sampling_on_cap": "skip"}),
     ("dynamic_sampling_target_groups", {"dynamic_sampling": True, "dynamic_sampling_target_groups": 0}),

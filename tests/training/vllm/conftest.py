@@ -77,3 +77,13 @@ def one_rank_runs(tmp_path_factory) -> dict[str, list[dict]]:
 def two_rank_runs(tmp_path_factory) -> dict[str, list[dict]]:
     """{name: [rank 0's result, rank 1's result]} of every TWO_RANK_RUNS run."""
     return run_worker(tmp_path_factory.mktemp("vllm_two_ranks"), TWO_RANK_RUNS, ranks=2)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """Base URL of a vLLM OpenAI server of the shipped chain model (fp32, both server syncs), for the session."""
+    from grpo_hub.tasks.chain_model import chain_model_path
+    from tests.training.vllm.engine import running_server
+
+    with running_server(chain_model_path(), tmp_path_factory.mktemp("vllm_server_log")) as base_url:
+        yield base_url

@@ -7,14 +7,18 @@ hangs is killed with its whole process group (vLLM starts engine and worker proc
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
+import requests
+
 from tests.conftest import REPO_ROOT, free_port, skip_or_fail
-from tests.training.distributed.launch import launch_env, output_tail, run_isolated
+from tests.training.distributed.launch import _kill_group, launch_env, output_tail, run_isolated
 
 WORKER = Path(__file__).resolve().parent / "colocate_worker.py"
 TWO_CPU_RANKS = REPO_ROOT / "recipes" / "accelerate" / "cpu-ddp.yaml"
@@ -65,3 +69,73 @@ def run_worker(
     missing = [f"{p.parent.name}/{p.name}" for paths in results.values() for p in paths if not p.is_file()]
     assert not missing, f"ranks wrote no result {missing}:\n{output_tail(output)}"
     return {name: [json.loads(p.read_text()) for p in paths] for name, paths in results.items()}
+
+
+SERVER_ENV = {
+    "VLLM_SERVER_DEV_MODE": "1",  # /server_info and /collective_rpc
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",  # /v1/load_lora_adapter
+    "OMP_NUM_THREADS": "1",
+}
+
+
+def server_command(model: str, port: int) -> list[str]:
+    """A vLLM OpenAI server of `model` (fp32, as the trainer) that takes both server syncs (LoRA up to rank 16)."""
+    return [
+        vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--port", str(port),
+        "--dtype", "float32", "--enable-lora", "--max-lora-rank", "16", "--max-loras", "1",
+        "--logprobs-mode", "processed_logprobs",
+        "--worker-extension-cls", "grpo_hub.generation.worker_extension.WorkerExtension",
+    ]  # fmt: skip
+
+
+def run_server_worker(result_dir: Path, runs: dict, base_url: str, *, ranks: int = 1, extra=(), timeout=900):
+    """`server_worker.py` over `runs` against the server at `base_url` (like `run_worker`)."""
+    worker = Path(__file__).resolve().parent / "server_worker.py"
+    args = [
+        str(worker),
+        "--result-dir",
+        str(result_dir),
+        "--base-url",
+        base_url,
+        "--runs",
+        json.dumps(runs),
+        *extra,
+    ]
+    launcher = [vllm_python()]
+    if ranks > 1:
+        launcher += ["-m", "accelerate.commands.launch", "--config_file", str(TWO_CPU_RANKS),
+                     "--num_processes", str(ranks), "--main_process_port", str(free_port())]  # fmt: skip
+    output = run_isolated(launcher + args, REPO_ROOT, vllm_env(), timeout, "vLLM server run")
+    results = {name: [result_dir / name / f"rank{k}.json" for k in range(ranks)] for name in runs}
+    missing = [f"{p.parent.name}/{p.name}" for paths in results.values() for p in paths if not p.is_file()]
+    assert not missing, f"ranks wrote no result {missing}:\n{output_tail(output)}"
+    return {name: [json.loads(p.read_text()) for p in paths] for name, paths in results.items()}
+
+
+@contextlib.contextmanager
+def running_server(model: str, log_dir: Path, timeout: float = 400):
+    """A vLLM server of `model` on a free port, in its own process group, killed on exit; yields its base URL."""
+    port = free_port()
+    log = open(log_dir / "server.log", "w")
+    process = subprocess.Popen(
+        server_command(model, port), env={**vllm_env(), **SERVER_ENV}, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True, cwd=REPO_ROOT,
+    )  # fmt: skip
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while not _healthy(base_url):
+            assert process.poll() is None, (log_dir / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, f"no vLLM server after {timeout} s"
+            time.sleep(1)
+        yield base_url
+    finally:
+        _kill_group(process.pid)
+        log.close()
+
+
+def _healthy(base_url: str) -> bool:
+    try:
+        return requests.get(f"{base_url}/health", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False

