@@ -112,26 +112,33 @@ def run_server_worker(result_dir: Path, runs: dict, base_url: str, *, ranks: int
     return {name: [json.loads(p.read_text()) for p in paths] for name, paths in results.items()}
 
 
-@contextlib.contextmanager
-def running_server(model: str, log_dir: Path, timeout: float = 400):
-    """A vLLM server of `model` on a free port, in its own process group, killed on exit; yields its base URL."""
-    port = free_port()
-    log = open(log_dir / "server.log", "w")
-    process = subprocess.Popen(
-        server_command(model, port), env={**vllm_env(), **SERVER_ENV}, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True, cwd=REPO_ROOT,
-    )  # fmt: skip
+def start_server(argv: list[str], log_path: Path, timeout: float = 400):
+    """Start a vLLM server (`argv`) in its own process group, logging to `log_path`; wait until it answers /health.
+    Returns (the process, its base URL); the caller kills its group."""
+    port = argv[argv.index("--port") + 1]
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            argv, env={**vllm_env(), **SERVER_ENV}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=REPO_ROOT,
+        )  # fmt: skip
     base_url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while not _healthy(base_url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            _kill_group(process.pid)
+            raise AssertionError(f"no vLLM server at {base_url}:\n{log_path.read_text()[-3000:]}")
+        time.sleep(1)
+    return process, base_url
+
+
+@contextlib.contextmanager
+def running_server(model: str, log_dir: Path):
+    """A vLLM server of `model` on a free port for the `with` block; yields its base URL."""
+    process, base_url = start_server(server_command(model, free_port()), log_dir / "server.log")
     try:
-        deadline = time.monotonic() + timeout
-        while not _healthy(base_url):
-            assert process.poll() is None, (log_dir / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, f"no vLLM server after {timeout} s"
-            time.sleep(1)
         yield base_url
     finally:
         _kill_group(process.pid)
-        log.close()
 
 
 def _healthy(base_url: str) -> bool:

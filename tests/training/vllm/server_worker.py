@@ -72,6 +72,14 @@ def install_probe(trainer) -> dict:
 
     sync.sync = probed
     generation.sync_weights = probed
+    record["restarts_seen"] = 0  # restarted servers the trainer noticed before generating
+    forget = sync.forget_served
+
+    def forgetting():
+        record["restarts_seen"] += 1
+        forget()
+
+    sync.forget_served = forgetting
     score = trainer._calculate_rewards
     record["prompts"] = []  # the prompts of every scored training batch, in order
 
@@ -85,19 +93,26 @@ def install_probe(trainer) -> dict:
 
 
 class RestartServer(TrainerCallback):
-    """After optimizer step `step`, stop the server (its process group) and start `command` again; wait until up."""
+    """After optimizer step `step`, sync the new policy (as TRL would before its next generation), then stop the
+    server (its process group) and start `command` again: the restarted server holds its checkpoint while the trainer
+    believes it synced. Waits until the server is up."""
 
-    def __init__(self, step: int, command: dict, base_url: str):
-        self.step, self.command, self.base_url = step, command, base_url
+    def __init__(self, trainer, step: int, command: dict, base_url: str):
+        self.trainer, self.step, self.command, self.base_url = trainer, step, command, base_url
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step != self.step or not state.is_world_process_zero:
+        if state.global_step != self.step:
+            return
+        self.trainer.vllm_generation.sync_weights()
+        self.trainer._last_loaded_step = state.global_step
+        if not state.is_world_process_zero:
             return
         os.killpg(self.command["pgid"], signal.SIGKILL)
-        process = subprocess.Popen(
-            self.command["argv"], env={**os.environ, **self.command["env"]}, start_new_session=True,
-            stdout=open(self.command["log"], "a"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        with open(self.command["log"], "a") as log:
+            process = subprocess.Popen(
+                self.command["argv"], env={**os.environ, **self.command["env"]}, start_new_session=True,
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         self.command["pgid"] = process.pid
         Path(self.command["pgid_file"]).write_text(str(process.pid))  # the test stops it
         deadline = time.monotonic() + 300
@@ -133,7 +148,7 @@ def train(
     )
     record = install_probe(trainer)
     if restart_after is not None:
-        trainer.add_callback(RestartServer(restart_after, server_command, base_url))
+        trainer.add_callback(RestartServer(trainer, restart_after, server_command, base_url))
     checkpoint = str(result_root / resume_from) if resume_from is not None else None
     trainer.train(resume_from_checkpoint=checkpoint)
     write_rank_result(trainer, run_dir, probe=record, syncs=trainer.vllm_generation.grpo_hub_sync.syncs)

@@ -116,3 +116,37 @@ def test_two_ranks_share_one_server(vllm_server, tmp_path_factory):
     assert max(staleness(ranks[0])) == 1
     record = ranks[0]["probe"]
     assert max(record["abs_logp_diff"]) < MERGED_MISMATCH_BOUND
+
+
+def test_a_restarted_server_gets_the_current_weights_before_it_serves(tmp_path):
+    import json
+
+    from grpo_hub.tasks.chain_model import chain_model_path
+    from tests.conftest import free_port
+    from tests.training.distributed.launch import _kill_group
+    from tests.training.vllm.engine import SERVER_ENV, run_server_worker, server_command, start_server
+
+    port, log = free_port(), tmp_path / "server.log"
+    argv = server_command(chain_model_path(), port)
+    process, base_url = start_server(argv, log)
+    pgid_file = tmp_path / "pgid"
+    pgid_file.write_text(str(process.pid))
+    command = {
+        "argv": argv,
+        "env": SERVER_ENV,
+        "log": str(log),
+        "pgid": process.pid,
+        "pgid_file": str(pgid_file),
+    }
+    runs = {"restart": {**LORA, "vllm_server_sync": "merged", "max_steps": 4, "restart_after": 2}}
+    try:
+        result = run_server_worker(
+            tmp_path / "runs", runs, base_url, extra=["--server-command", json.dumps(command)]
+        )
+    finally:
+        _kill_group(int(pgid_file.read_text()))
+    record = result["restart"][0]["probe"]
+    # syncs: before generating steps 1, 2 and 4; after step 2 (the callback, then the restart); before generating
+    # step 3 the trainer believes the server current, notices the new instance and syncs again
+    assert record["restarts_seen"] == 1 and len(record["abs_logp_diff"]) == 5
+    assert max(record["abs_logp_diff"]) < MERGED_MISMATCH_BOUND, record["abs_logp_diff"]
