@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from trl.trainer.utils import is_async_callable
 
+from grpo_hub.errors import field_error
 from grpo_hub.training import features
 
 SHOWN_ROWS = 10  # at most this many row indices in a message
@@ -125,6 +126,13 @@ def check_trainer_options(
         raise ValueError(
             "`filter_zero_signal`: dropping rows, loss_agg_mode and turn-level ratios are not supported for "
             "vision-language models. Fix: set filter_zero_signal=False and loss_agg_mode=None."
+        )
+    if features.is_on("async_rollouts", args) and (multi_turn or is_vlm):
+        field_error(
+            "max_staleness",
+            "asynchronous rollouts send a batch's text prompts to the server in one request, but tools, environments "
+            "and rollout_func generate turn by turn, and images need TRL's own server path.",
+            "set max_staleness=0, or train without tools / environment_factory / rollout_func / images.",
         )
     check_dataset_prompts(datasets)
     for feature in features.tagged(features.NEEDS_REFERENCE):

@@ -80,3 +80,17 @@ def test_merged_sync_needs_the_worker_extension():
             ValueError, match=rf"`vllm_server_sync`: 'merged'.*{status}.*VLLM_SERVER_DEV_MODE=1"
         ):
             server.check_sync_support({}, answering(status, body), "merged", None)
+
+
+@pytest.mark.parametrize(
+    "given", [{"multi_turn": True, "is_vlm": False}, {"multi_turn": False, "is_vlm": True}]
+)
+def test_async_rollouts_refuse_turn_by_turn_and_image_rollouts(tmp_path, given):
+    from grpo_hub.training.input_checks import check_trainer_options
+    from tests.helpers import tiny_config
+
+    args = tiny_config(tmp_path, use_vllm=True, vllm_mode="server", max_staleness=1)
+    with pytest.raises(ValueError, match=r"^`max_staleness`: .*turn by turn.*Fix: set max_staleness=0"):
+        check_trainer_options(args, **given, has_reference=False, datasets={})
+    check_trainer_options(tiny_config(tmp_path, use_vllm=True, vllm_mode="server"), **given, has_reference=False,
+                          datasets={})  # fmt: skip

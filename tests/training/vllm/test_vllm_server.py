@@ -150,3 +150,12 @@ def test_a_restarted_server_gets_the_current_weights_before_it_serves(tmp_path):
     # step 3 the trainer believes the server current, notices the new instance and syncs again
     assert record["restarts_seen"] == 1 and len(record["abs_logp_diff"]) == 5
     assert max(record["abs_logp_diff"]) < MERGED_MISMATCH_BOUND, record["abs_logp_diff"]
+
+
+def test_k_zero_is_the_synchronous_loop_and_async_keeps_the_data_order(runs):
+    merged = runs["merged"][0]
+    assert staleness(merged) == [] and not any(
+        "async/" in key for log in merged["log_history"] for key in log
+    )
+    # same seed and data: the asynchronous run trains the batches in the order the synchronous one does
+    assert probe(runs, "async")["prompts"][:3] == probe(runs, "merged")["prompts"]
