@@ -7,7 +7,7 @@ run interleaved repetitions of a few optimizer steps each:
   hub-filter      - GRPOHubTrainer with filter_zero_signal=True (kept rows packed into fewer micro-steps)
   hub-filter-thin - the same with zero_signal_pack=False (every micro-step runs, with fewer rows)
 Measured (`benchmarks.common.StepTimer`): the training part of each step (forward + backward + optimizer, i.e.
-the step minus the generation/scoring inside `_prepare_inputs`) and the whole step; on CPU in process CPU
+the step minus the generation and scoring inside `_prepare_inputs`) and the whole step; on CPU in process CPU
 time, on CUDA in wall time with `torch.cuda.synchronize`, plus the peak `torch.cuda.max_memory_allocated`.
 Next to the times: training micro-steps (forwards with grad) and rows trained per repetition, so a CPU run
 shows the work a GPU run saves (a GPU micro-step is latency-bound: fewer micro-steps is what saves time there).
