@@ -23,7 +23,15 @@ CHAIN_CONFIGS = (
     "chain-full-fast",
 )  # the main job, the recommended preset and the time-to-accuracy testbed (benchmarks/time_to_accuracy.py)
 FULL_FINE_TUNING = ("arithmetic-full", "chain-full", "chain-full-fast")
-ALL_CONFIGS = (*CPU_CONFIGS, *ARITHMETIC_CONFIGS, *CHAIN_CONFIGS, "vllm-colocate", "qwen2.5-0.5b-math")
+SERVER_CONFIGS = ("chain-server", "chain-async")  # the main job with generation on a local vLLM server
+ALL_CONFIGS = (
+    *CPU_CONFIGS,
+    *ARITHMETIC_CONFIGS,
+    *CHAIN_CONFIGS,
+    *SERVER_CONFIGS,
+    "vllm-colocate",
+    "qwen2.5-0.5b-math",
+)
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +149,8 @@ def test_every_config_parses(recipe, name):
         "chain-full": {"max_completion_length": 48, "learning_rate": 1e-4, "lr_scheduler_type": "constant"},
         "chain-fast": {**CHAIN_FAST, "max_completion_length": 48, "learning_rate": 1e-3},
         "chain-full-fast": {**CHAIN_FAST, "learning_rate": 1e-4, "lr_scheduler_type": "constant"},
+        "chain-server": {"vllm_mode": "server", "max_staleness": 0, "learning_rate": 1e-3},
+        "chain-async": {"vllm_mode": "server", "max_staleness": 1, "learning_rate": 1e-3},
     }.get(name, {"loss_type": "dapo", "learning_rate": 3e-2})
     assert {k: getattr(training_args, k) for k in expected} == expected
     if name == "qwen2.5-0.5b-math":
@@ -148,10 +158,19 @@ def test_every_config_parses(recipe, name):
         assert model_args.model_name_or_path == "Qwen/Qwen2.5-0.5B-Instruct"
     elif name in ARITHMETIC_CONFIGS:
         assert recipe_args.task == "arithmetic" and model_args.model_name_or_path is None
-    elif name in CHAIN_CONFIGS:
+    elif name in CHAIN_CONFIGS or name in SERVER_CONFIGS:
         assert recipe_args.task == "chain" and model_args.model_name_or_path is None
+        assert recipe_args.vllm_server_start == (name in SERVER_CONFIGS)
     else:
         assert recipe_args.task == "digits" and model_args.model_name_or_path is None
+
+
+@pytest.mark.parametrize("flag", ["--vllm_server_cores", "--vllm_server_gpus"])
+def test_server_placement_needs_a_local_server(recipe, flag):
+    with pytest.raises(
+        ValueError, match=f"^`{flag}` places the local vLLM server.*Fix: add --vllm_server_start true"
+    ):
+        parse(recipe, "--use_vllm", "true", "--vllm_mode", "server", flag, "1")
 
 
 def test_cli_overrides_the_yaml(recipe):

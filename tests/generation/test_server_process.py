@@ -1,0 +1,126 @@
+"""The local server's life cycle without vLLM: a stand-in server (stand_in_server.py, with a child process as vLLM
+has) is started, waited for, and stopped with its whole process group on a normal exit, an exception, Ctrl-C and
+SIGTERM to the parent; the port is free again. The argv and environment a real server gets (the real one:
+tests/recipes/test_recipe_server.py)."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_hub.generation import server_process
+from grpo_hub.generation.server import EXTENSION
+from tests.conftest import REPO_ROOT, free_port
+
+STAND_IN = Path(__file__).resolve().parent / "stand_in_server.py"
+
+
+def stand_in(port: int, *flags: str) -> list[str]:
+    return [sys.executable, str(STAND_IN), "--host", "127.0.0.1", "--port", str(port), *flags]
+
+
+def group_alive(pgid: int) -> bool:
+    return bool(server_process.group_members(pgid))
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_server_command_has_what_both_syncs_need():
+    argv = server_process.server_command("/m", port=8123, dtype="float32", lora_rank=12, python="py")
+    assert argv[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
+    text = " ".join(argv)
+    for part in ("--model /m", "--port 8123", "--dtype float32", "--logprobs-mode processed_logprobs",
+                 f"--worker-extension-cls {EXTENSION}", "--enable-lora --max-lora-rank 16 --max-loras 1"):  # fmt: skip
+        assert part in text, part
+    assert "--enable-lora" not in server_process.server_command(
+        "/m", port=1, dtype="bfloat16", lora_rank=None
+    )
+
+
+def test_server_env_turns_on_dev_mode_runtime_lora_and_the_devices():
+    env = server_process.server_env({"PATH": "/bin"}, cores="2-3", gpus="1")
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    assert env["OMP_NUM_THREADS"] == "2" and env["CUDA_VISIBLE_DEVICES"] == "1" and env["PATH"] == "/bin"
+    assert (
+        server_process.server_env({"VLLM_CPU_KVCACHE_SPACE": "4"}, cores=None, gpus=None)[
+            "VLLM_CPU_KVCACHE_SPACE"
+        ]
+        == "4"
+    )
+
+
+@pytest.mark.parametrize(("cores", "expected"), [("1", {1}), ("0,2", {0, 2}), ("2-3", {2, 3})])
+def test_cpu_lists_parse_like_taskset(cores, expected):
+    assert server_process.parse_cores(cores) == expected
+
+
+def test_a_bad_cpu_list_names_the_field():
+    with pytest.raises(ValueError, match="^`vllm_server_cores`: 'one' is not a CPU list"):
+        server_process.parse_cores("one")
+
+
+def test_stopped_with_its_group_on_exit_and_on_an_exception(tmp_path):
+    port = free_port()
+    with server_process.LocalServer(stand_in(port, "--delay", "0.5"), dict(os.environ), tmp_path / "a.log",
+                                    timeout=30) as server:  # fmt: skip
+        pgid = server.process.pid
+        assert listening(port) and server.base_url == f"http://127.0.0.1:{port}"
+    assert not group_alive(pgid) and not listening(port)
+    port = free_port()
+    with pytest.raises(KeyError), server_process.LocalServer(stand_in(port, "--stubborn"), dict(os.environ),
+                                                             tmp_path / "b.log", timeout=30) as server:  # fmt: skip
+        pgid = server.process.pid
+        raise KeyError("training failed")
+    assert not group_alive(pgid) and not listening(port)  # SIGTERM ignored: killed after the grace period
+
+
+def test_a_server_that_exits_or_never_answers_is_one_clear_error(tmp_path):
+    with pytest.raises(RuntimeError, match="(?s)exited with status 3.*failing on purpose"):
+        server_process.LocalServer(stand_in(free_port(), "--exit-at-once"), dict(os.environ), tmp_path / "c.log",
+                                   timeout=30).start()  # fmt: skip
+    slow = server_process.LocalServer(stand_in(free_port(), "--delay", "30"), dict(os.environ), tmp_path / "d.log",
+                                      timeout=1)  # fmt: skip
+    with pytest.raises(
+        ValueError, match="^`vllm_server_timeout`: the local vLLM server did not answer .* Fix: raise"
+    ):
+        slow.start()
+    assert not group_alive(slow.process.pid)
+
+
+PARENT = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from grpo_hub.generation import server_process
+    argv = [sys.executable, {stand_in!r}, "--port", "{port}", "--host", "127.0.0.1"]
+    with server_process.LocalServer(argv, dict(os.environ), Path({log!r}), timeout=30) as server:
+        Path({pgid!r}).write_text(str(server.process.pid))
+        time.sleep(600)  # "training"
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_no_orphan_when_the_parent_is_interrupted_or_terminated(tmp_path, sig):
+    port, pgid_file = free_port(), tmp_path / "pgid"
+    script = PARENT.format(
+        stand_in=str(STAND_IN), port=port, log=str(tmp_path / "e.log"), pgid=str(pgid_file)
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    parent = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not pgid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    server_pgid = int(pgid_file.read_text())
+    assert group_alive(server_pgid) and listening(port)
+    parent.send_signal(sig)  # Ctrl-C, or a scheduler's SIGTERM
+    parent.wait(timeout=60)
+    assert parent.returncode != 0  # interrupted, not a normal end
+    assert not group_alive(server_pgid) and not listening(port)

@@ -1,0 +1,95 @@
+"""The recipe with a local vLLM server (vLLM environment, the shipped chain model): it trains and stops the server;
+Ctrl-C and a server that dies mid-run leave no process of the server's group and no port bound, and a server failure
+leaves the last checkpoint whole."""
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from grpo_hub.generation.server_process import group_members
+from tests.conftest import REPO_ROOT, free_port
+from tests.recipes.helpers import CONFIGS, RECIPE
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def server_groups(port: int) -> list[int]:
+    """Process groups of running vLLM API servers on `port` (read from /proc)."""
+    from pathlib import Path
+
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"vllm.entrypoints.openai.api_server" in argv and str(port).encode() in argv:
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+def listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start_recipe(tmp_path, port: int, *args: str) -> tuple[subprocess.Popen, object]:
+    from tests.training.vllm.engine import vllm_env, vllm_python
+
+    out = tmp_path / "out"
+    command = [vllm_python(), str(RECIPE), "--config", str(CONFIGS / "chain-async.yaml"), "--vllm_server_port",
+               str(port), "--output_dir", str(out), *args]  # fmt: skip
+    log = open(tmp_path / "console.log", "w")  # noqa: SIM115 (closed by the caller's finish)
+    process = subprocess.Popen(command, cwd=REPO_ROOT, env=vllm_env(), stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)  # fmt: skip
+    return process, out
+
+
+def wait_for(condition, timeout: float, what: str, tmp_path) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}:\n{(tmp_path / 'console.log').read_text()[-3000:]}"
+        time.sleep(1)
+
+
+def test_a_run_trains_against_its_own_server_and_stops_it(tmp_path):
+    port = free_port()
+    process, out = start_recipe(tmp_path, port, "--max_steps", "4")
+    assert process.wait(timeout=600) == 0, (tmp_path / "console.log").read_text()[-3000:]
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["steps"] == 4 and (out / "adapter_model.safetensors").is_file()
+    assert server_groups(port) == [] and not listening(port)
+
+
+def test_ctrl_c_leaves_no_server_behind(tmp_path):
+    port = free_port()
+    process, out = start_recipe(tmp_path, port, "--max_steps", "500")
+    wait_for(lambda: "step 2/" in (tmp_path / "console.log").read_text(), 400, "no training step", tmp_path)
+    groups = server_groups(port)
+    assert groups and listening(port)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=120) != 0
+    assert all(not group_members(pgid) for pgid in groups) and not listening(port)
+
+
+def test_a_server_dying_mid_run_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
+    port = free_port()
+    process, out = start_recipe(
+        tmp_path, port, "--max_steps", "500", "--save_strategy", "steps", "--save_steps", "2"
+    )
+    checkpoint = out / "checkpoint-2"
+    wait_for(lambda: (checkpoint / "trainer_state.json").is_file(), 400, "no checkpoint", tmp_path)
+    import os
+
+    for pgid in server_groups(port):
+        os.killpg(pgid, signal.SIGKILL)  # the server dies (OOM, a crashed node)
+    assert process.wait(timeout=300) != 0  # the client's retries give up: the run stops with the error
+    saved = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert saved["global_step"] == 2
+    assert (checkpoint / "adapter_model.safetensors").is_file() and (checkpoint / "batch_stream.pt").is_file()
+    assert server_groups(port) == [] and not listening(port)
