@@ -1,0 +1,440 @@
+"""Wall-clock time to accuracy with generation on its own engine: plain TRL against a local vLLM server, synchronous
+and asynchronous, on this 2-core machine.
+
+Configurations (the LoRA main job, `recipes/configs/chain.yaml`: its 200 steps and linear schedule; same seed per seed
+index; seed-major, plain TRL first, the others' order rotated per seed):
+  trl           plain `trl.GRPOTrainer`, HF generate, both cores (2 torch threads, not pinned);
+  server-sync   `GRPOHubTrainer`, vllm_mode="server", vllm_server_sync="merged", max_staleness=0: TRL's loop, the
+                server pinned to core 1 (started once, reused by every run), the trainer on core 0 (1 thread);
+  server-async  the same with max_staleness=1: the server generates the next batch while the trainer trains.
+Both server configurations correct with vllm_importance_sampling_mode="token_truncate" (the preset
+`chain-server.yaml`'s); plain TRL keeps its defaults.
+
+Budget: plain TRL's wall seconds for the job's 200 steps (per seed; its evaluations sit at evenly spaced steps),
+or `--budget` seconds. A run stops at the budget or at step 200, whichever comes first. Held-out accuracy (greedy,
+2,000 problems) at `--points` evenly spaced wall-clock times, OFF the clock; before it pauses, the clock waits for
+the batch in flight (the next step's weight sync would wait for it too). Targets: plain TRL's mean accuracy at 50,
+75 and 100 % of its budget (100 % = its final accuracy); reached: `benchmarks.clocks.reached_at`; ratio: a run's time
+over the time plain TRL's mean curve takes (docs/time-to-accuracy.md).
+
+Two-device model: per run, generation G (the engine's seconds per step), training T (the trainer's step time minus
+its waits for generation and the sync) and sync S per step. With G rescaled so that G / (G + T) = `--gpu-share`, a
+synchronous step costs G + T + S and an asynchronous one max(G, T) + S: overlap buys at most 1 / max(share, 1 - share).
+
+    python -m benchmarks.async_wall_clock [--seeds 3] [--points 8] [--budget S] [--json out.json]
+    python -m benchmarks.async_wall_clock --quick     # smoke run: 1 seed, 15 s, 2 points, 200 problems (noise)
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from benchmarks import clocks
+from benchmarks.accuracy_summary import mean_curve
+from benchmarks.common import QUIET_CPU_RUN, print_table
+from benchmarks.time_to_accuracy import recipe_settings
+from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub.generation import server_process
+from grpo_hub.tasks import chain
+from grpo_hub.tasks.chain_model import chain_model_path
+
+RECIPE = "recipes/configs/chain.yaml"
+CONFIGS = {"trl": None, "server-sync": 0, "server-async": 1}  # name -> max_staleness (None: plain TRL)
+SERVER_FIELDS = {
+    "use_vllm": True,
+    "vllm_mode": "server",
+    "vllm_server_sync": "merged",
+    "vllm_importance_sampling_mode": "token_truncate",
+}
+SERVER_CORE, TRAINER_CORE = 1, 0
+# --gpu-share default: plain TRL's generation share of a GPU step (H100, ../shared/DESIGN.md)
+GPU_SHARE = clocks.GPU_GENERATION_SHARE
+
+
+def pin(cores: set[int]) -> None:
+    """Every thread of this process onto `cores`, one torch thread per core (new threads inherit the affinity)."""
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(tid), cores)
+    torch.set_num_threads(len(cores))
+
+
+class Timers:
+    """Wall seconds spent in wrapped calls of the training thread, by name; a wrapped call inside another one counts
+    under its own name only (e.g. TRL's weight sync inside `_generate`)."""
+
+    def __init__(self):
+        self.seconds = defaultdict(float)
+        self._nested = []
+
+    def wrap(self, name: str, fn):
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            self._nested.append(0.0)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent, inner = time.perf_counter() - start, self._nested.pop()
+                self.seconds[name] += spent - inner
+                if self._nested:
+                    self._nested[-1] += spent
+
+        return timed
+
+
+class Meter(TrainerCallback):
+    """The training wall clock (evaluations off it), held-out accuracy at `marks`, the work and the time split.
+
+    `marks`: evenly spaced optimizer steps (`unit` "steps": plain TRL's run that sets the budget) or wall seconds;
+    an evaluation runs at the first step end past each mark and at the last step, training stops past the last mark.
+    Time split (Timers): "generate" (`_generate`: HF generate, or the server's answer in TRL's loop), "wait" (the
+    asynchronous rollouts' pop and the sync's wait for running requests), "sync" (the weight sync itself);
+    "engine": the server's seconds per asynchronous request (its own thread). The logged `async/wait_seconds` times
+    the pop only: with the merged sync the trainer mostly waits inside the sync, for the batch in flight.
+    """
+
+    def __init__(self, tokenizer, marks: list[float], unit: str, per_level: int):
+        self.tokenizer, self.marks, self.unit, self.per_level = tokenizer, marks, unit, per_level
+        self.timers, self.engine_seconds = Timers(), 0.0
+        self.points, self.staleness, self.logged_wait = [], [], []
+        self.tokens = self.trained_rows = 0
+        self.trainer, self._start, self._paused = None, 0.0, 0.0
+
+    def attach(self, trainer) -> None:
+        """Count the trainer's generated tokens (`reward`) and trained rows, time its parts, receive its callbacks."""
+
+        def count_training_forward(module, args, kwargs):
+            if torch.is_grad_enabled():  # scoring forwards run under no_grad
+                self.trained_rows += kwargs["input_ids"].shape[0]
+
+        trainer.model.register_forward_pre_hook(count_training_forward, with_kwargs=True)
+        trainer._generate = self.timers.wrap("generate", trainer._generate)
+        generation = getattr(trainer, "vllm_generation", None)
+        if generation is not None:
+            generation.sync_weights = self.timers.wrap("sync", generation.sync_weights)
+            sync = generation.grpo_hub_sync
+            sync.wait_idle = self.timers.wrap("wait", sync.wait_idle)
+        rollouts = getattr(trainer, "_rollouts", None)
+        if rollouts is not None:
+            rollouts.pop = self.timers.wrap("wait", rollouts.pop)
+            rollouts.client.generate = self._engine_timed(rollouts.client.generate)
+        self.trainer = trainer
+        trainer.add_callback(self)
+
+    def _engine_timed(self, generate):
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            out = generate(*args, **kwargs)
+            self.engine_seconds += time.perf_counter() - start
+            return out
+
+        return timed
+
+    def reward(self, prompts, completions, answer, completion_ids, **kwargs):
+        """`chain_correctness_reward`, counting the generated tokens it scores."""
+        self.tokens += sum(len(ids) for ids in completion_ids)
+        return chain.chain_correctness_reward(prompts, completions, answer)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._start - self._paused
+
+    def _evaluate(self, model, step: int) -> None:
+        rollouts = getattr(self.trainer, "_rollouts", None)
+        if (
+            rollouts is not None
+        ):  # on the clock: the next step's sync would wait for the batch in flight anyway
+            self.timers.wrap("wait", rollouts.wait_idle)()
+        paused_at, elapsed = time.perf_counter(), self.elapsed()
+        rng = torch.get_rng_state()  # the evaluation must not change the training's random stream
+        accuracy = chain.evaluate(model, self.tokenizer, n=self.per_level)["greedy"]
+        torch.set_rng_state(rng)
+        model.train()
+        self.points.append(
+            {
+                "time": round(elapsed, 2),
+                "accuracy": accuracy,
+                "optimizer_steps": step,
+                "generated_tokens": self.tokens,
+                "trained_rows": self.trained_rows,
+            }
+        )
+        self._paused += time.perf_counter() - paused_at
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._start = time.perf_counter()
+        self._evaluate(model, 0)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        now = state.global_step if self.unit == "steps" else self.elapsed()
+        crossed = bool(self.marks) and now >= self.marks[0]
+        while self.marks and now >= self.marks[0]:
+            self.marks.pop(0)
+        if crossed or state.global_step >= state.max_steps:
+            self._evaluate(model, state.global_step)
+        control.should_training_stop = not self.marks
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if "async/staleness" in (logs or {}):
+            self.staleness.append(logs["async/staleness"])
+            self.logged_wait.append(logs["async/wait_seconds"])
+
+    def record(self, name: str, seed: int, budget: float | None) -> dict:
+        """The run: its evaluation points, budget, work, and seconds per optimizer step of each part."""
+        seconds, last = self.timers.seconds, self.points[-1]
+        steps, wall = max(last["optimizer_steps"], 1), last["time"]
+        blocked = seconds["generate"] + seconds["wait"]  # the trainer idle, waiting for generation
+        engine = self.engine_seconds if name == "server-async" else seconds["generate"]
+        generation = getattr(self.trainer, "vllm_generation", None)
+        sync = getattr(generation, "grpo_hub_sync", None)
+        return {
+            "config": name,
+            "seed": seed,
+            "budget": wall if budget is None else budget,
+            "points": self.points,
+            "wall": wall,
+            "optimizer_steps": last["optimizer_steps"],
+            "generated_tokens": last["generated_tokens"],
+            "trained_rows": last["trained_rows"],
+            "mean_staleness": statistics.fmean(self.staleness) if self.staleness else 0.0,
+            "mean_logged_wait": statistics.fmean(self.logged_wait) if self.logged_wait else None,
+            "syncs": sync.syncs if sync else 0,
+            "bytes_per_sync": sync.bytes_last_sync if sync else 0,
+            "per_step": {
+                "generation": engine / steps,
+                "blocked": blocked / steps,
+                "sync": seconds["sync"] / steps,
+                "training": (wall - blocked - seconds["sync"]) / steps,
+            },
+        }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_server(port: int, log_dir: str) -> server_process.LocalServer:
+    """The chain model's vLLM server on `SERVER_CORE` (fp32, LoRA enabled as the preset's recipe starts it); stopped
+    on exit, exception, SIGINT and SIGTERM."""
+    argv = server_process.server_command(str(chain_model_path()), port=port, dtype="float32", lora_rank=16)
+    env = server_process.server_env(os.environ, cores=str(SERVER_CORE), gpus=None)
+    log = Path(log_dir, "vllm-server.log")
+    return server_process.LocalServer(argv, env, log, timeout=600, cores=str(SERVER_CORE))
+
+
+def run(name: str, seed: int, budget: float | None, points: int, per_level: int, server_url: str) -> dict:
+    """Train configuration `name` until `budget` wall seconds (None: plain TRL's 200 steps) or step 200."""
+    fields, lora = recipe_settings(RECIPE)
+    prompts = fields.pop("num_prompts")
+    common = {**fields, "output_dir": tempfile.mkdtemp(), **QUIET_CPU_RUN, "seed": seed}
+    staleness = CONFIGS[name]
+    if staleness is None:
+        pin({TRAINER_CORE, SERVER_CORE})
+        args = GRPOConfig(**common)
+    else:
+        pin({TRAINER_CORE})
+        args = GRPOHubConfig(
+            **common, **SERVER_FIELDS, vllm_server_base_url=server_url, max_staleness=staleness
+        )
+    if budget is None:
+        marks, unit = [args.max_steps * (i + 1) / points for i in range(points)], "steps"
+    else:
+        marks, unit = [budget * (i + 1) / points for i in range(points)], "seconds"
+    model_dir = chain_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    meter = Meter(tokenizer, marks, unit, per_level)
+    torch.manual_seed(seed)
+    trainer = (GRPOTrainer if staleness is None else GRPOHubTrainer)(
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        reward_funcs=[meter.reward],
+        args=args,
+        train_dataset=chain.load_chain("train", n=prompts, seed=0),
+        processing_class=tokenizer,
+        peft_config=lora,
+    )
+    meter.attach(trainer)
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    return meter.record(name, seed, budget)
+
+
+def two_device_ratio(generation: float, training: float, sync: float, share: float | None) -> float:
+    """Modeled time of an asynchronous step over a synchronous one, max(G, T) + S over G + T + S, with G rescaled to
+    T * share / (1 - share) (generation's share of G + T) unless `share` is None (G as measured)."""
+    if share is not None:
+        generation = training * share / (1 - share)
+    return (max(generation, training) + sync) / (generation + training + sync)
+
+
+def summarize(runs: list[dict], share: float) -> dict:
+    """Targets (plain TRL's mean accuracy at `clocks.TARGET_FRACTIONS` of its budget) and per configuration: time to
+    each target per seed, its ratio to plain TRL's mean curve's time, their median, accuracy at TRL's budget, and the
+    modeled two-device ratio of each run (at the measured generation share and at `share`)."""
+    by_config = defaultdict(list)
+    for r in runs:
+        by_config[r["config"]].append(r)
+    trl = [r["points"] for r in by_config["trl"]]
+    n = len(trl[0]) - 1
+    if any(len(points) != n + 1 for points in trl):
+        raise SystemExit(
+            "plain TRL ended its 200 steps before --budget in some seed: lower --budget or leave it out"
+        )
+    targets = {
+        str(f): statistics.fmean(points[round(f * n)]["accuracy"]["all"] for points in trl)
+        for f in clocks.TARGET_FRACTIONS
+    }
+    trl_curve = mean_curve(trl, "cpu", None)  # its "cpu" clock reads each point's `time`: here wall seconds
+    table = {}
+    for name, rs in by_config.items():
+        curves = [([p["time"] for p in r["points"]], [p["accuracy"]["all"] for p in r["points"]]) for r in rs]
+        row = {"seeds": [r["seed"] for r in rs], "final_accuracy": [a[-1] for _, a in curves]}
+        for fraction, target in targets.items():
+            theirs = clocks.reached_at(*trl_curve, target)
+            reached = [clocks.reached_at(t, a, target) for t, a in curves]
+            ratios = [clocks.time_ratio(mine, theirs) for mine in reached]
+            row[fraction] = {
+                "time_to_target": reached,
+                "trl_time_to_target": theirs,
+                "ratio_to_trl": ratios,
+                "median_ratio": statistics.median(ratios) if None not in ratios else None,
+            }
+        row["accuracy_at_budget"] = [
+            clocks.accuracy_at(t, a, r["budget"]) for (t, a), r in zip(curves, rs, strict=True)
+        ]
+        row["modeled"] = [
+            {
+                "measured_share": s["generation"] / (s["generation"] + s["training"]),
+                "at_measured_share": two_device_ratio(s["generation"], s["training"], s["sync"], None),
+                "at_share": two_device_ratio(s["generation"], s["training"], s["sync"], share),
+            }
+            for s in (r["per_step"] for r in rs)
+        ]
+        table[name] = row
+    return {"targets": targets, "gpu_share": share, "configs": table}
+
+
+def _seconds(values) -> str:
+    return " / ".join("never" if v is None else f"{v:.0f}" for v in values)
+
+
+def _ratios(values) -> str:
+    return " / ".join("never" if v is None else f"{v:.2f}" for v in values)
+
+
+def print_report(runs: list[dict], summary: dict, header: str) -> None:
+    print(header)
+    targets = ", ".join(f"{float(f):.0%} {t:.4f}" for f, t in summary["targets"].items())
+    print(
+        f"targets = plain TRL's mean held-out accuracy at a fraction of its budget (100 % = final): {targets}\n"
+    )
+    print("Wall-clock time to each target: median ratio to plain TRL's mean curve (per seed: ratio; seconds)")
+    rows = []
+    for name, row in summary["configs"].items():
+        cells = []
+        for fraction in summary["targets"]:
+            cell = row[fraction]
+            median = (
+                "never (some seed)" if cell["median_ratio"] is None else f"**{cell['median_ratio']:.2f}**"
+            )
+            cells.append(f"{median} ({_ratios(cell['ratio_to_trl'])}; {_seconds(cell['time_to_target'])} s)")
+        accuracy = statistics.fmean(row["accuracy_at_budget"])
+        rows.append([name, *cells, f"{accuracy:.3f}", " / ".join(f"{a:.3f}" for a in row["final_accuracy"])])
+    heads = [f"to {float(f):.0%}" for f in summary["targets"]]
+    print_table(["config", *heads, "accuracy at TRL's budget (mean)", "final (per seed)"], rows)
+    print("\nWork and seconds per optimizer step of each run (blocked: the trainer waiting for generation):")
+    rows = []
+    for r in runs:
+        s, wait = r["per_step"], r["mean_logged_wait"]
+        rows.append(
+            [f"{r['config']} seed {r['seed']}", f"{r['wall']:.0f}", str(r["optimizer_steps"]), str(r["generated_tokens"]),
+             str(r["trained_rows"]), f"{r['mean_staleness']:.2f}", "-" if wait is None else f"{wait:.3f}",
+             f"{s['generation']:.3f}", f"{s['training']:.3f}", f"{s['blocked']:.3f}", f"{s['sync']:.3f}",
+             f"{r['syncs']}", f"{r['bytes_per_sync'] / 1e6:.1f}"]
+        )  # fmt: skip
+    print_table(
+        ["run", "wall s", "steps", "tokens", "trained rows", "staleness", "logged wait s", "generation s",
+         "training s", "blocked s", "sync s", "syncs", "MB/sync"],
+        rows,
+    )  # fmt: skip
+    share = summary["gpu_share"]
+    print(
+        f"\nTwo-device model: asynchronous step / synchronous step = (max(G, T) + S) / (G + T + S), at each run's "
+        f"measured G, and with G rescaled to a {share:.0%} generation share (bound without sync: "
+        f"{max(share, 1 - share):.2f}, i.e. at most {1 / max(share, 1 - share):.2f}x faster)"
+    )
+    rows = []
+    for name, row in summary["configs"].items():
+        for seed, m in zip(row["seeds"], row["modeled"], strict=True):
+            rows.append([f"{name} seed {seed}", f"{m['measured_share']:.2f}", f"{m['at_measured_share']:.2f}",
+                         f"{m['at_share']:.2f}"])  # fmt: skip
+    print_table(["run", "measured share G/(G+T)", "async/sync at it", f"async/sync at {share:.0%}"], rows)
+
+
+def measure(cli) -> tuple[str, list[dict]]:
+    """Every configuration for every seed, interleaved, with one server for all runs; (header, run records)."""
+    runs, others = [], [name for name in CONFIGS if name != "trl"]
+    with tempfile.TemporaryDirectory() as log_dir, local_server(free_port(), log_dir) as server:
+        for seed in range(cli.seeds):
+            budget = cli.budget
+            for name in ["trl", *others[seed % len(others) :], *others[: seed % len(others)]]:
+                r = run(name, seed, budget, cli.points, cli.per_level, server.base_url)
+                runs.append(r)
+                budget = r["budget"]  # after plain TRL: its wall seconds for 200 steps, unless --budget
+                print(
+                    f"# seed {seed} {name}: {r['wall']:.0f} s, {r['optimizer_steps']} steps, accuracy "
+                    f"{r['points'][0]['accuracy']['all']:.3f} -> {r['points'][-1]['accuracy']['all']:.3f}",
+                    flush=True,
+                )
+    budget = "plain TRL's 200 steps" if cli.budget is None else f"{cli.budget:.0f} s"
+    header = (
+        f"chain task ({RECIPE}, LoRA), wall clock on {os.cpu_count()} cores, budget {budget} per seed, "
+        f"{cli.points} evaluations of {cli.per_level * len(chain.LEVELS)} held-out problems, seeds 0..{cli.seeds - 1}"
+    )
+    return header, runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--budget", type=float, default=None, help="wall seconds per run (default: TRL's 200 steps)"
+    )
+    parser.add_argument("--points", type=int, default=8, help="evaluations after the start (a multiple of 4)")
+    parser.add_argument(
+        "--per-level", type=int, default=chain.HELDOUT_PER_LEVEL, help="held-out problems per level"
+    )
+    parser.add_argument(
+        "--gpu-share", type=float, default=GPU_SHARE, help="generation share of the modeled step"
+    )
+    parser.add_argument("--json", default=None, help="write every run and the summary here")
+    parser.add_argument("--quick", action="store_true", help="1 seed, 15 s, 2 points, 200 held-out problems")
+    cli = parser.parse_args()
+    if cli.quick:
+        cli.seeds, cli.budget, cli.points, cli.per_level = 1, 15.0, 2, 50
+    elif cli.points % 4:
+        raise SystemExit(
+            f"--points must be a multiple of 4 (targets at 50 % and 75 % of the budget), got {cli.points}"
+        )
+    header, runs = measure(cli)
+    summary = summarize(runs, cli.gpu_share)
+    if cli.json:
+        Path(cli.json).write_text(json.dumps({"header": header, "runs": runs, "summary": summary}, indent=1))
+    print_report(runs, summary, header)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""benchmarks/async_wall_clock.py, its pure parts: the two-device model, the report's arithmetic against a naive
+computation, nested call timing and when the meter evaluates and stops (no vLLM, no wall-clock assertion)."""
+
+import random
+import statistics
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from benchmarks import async_wall_clock as awc
+
+
+def test_the_modeled_overlap_buys_at_most_one_over_the_larger_share():
+    rng = random.Random(0)
+    for _ in range(200):
+        generation, training, share = rng.uniform(0.01, 5), rng.uniform(0.01, 5), rng.uniform(0.01, 0.99)
+        assert awc.two_device_ratio(generation, training, 0.0, share) == pytest.approx(max(share, 1 - share))
+        with_sync = awc.two_device_ratio(generation, training, rng.uniform(0.01, 1), share)
+        assert max(share, 1 - share) < with_sync < 1
+    # as measured: G = 0.4, T = 0.66, S = 0.04 -> (0.66 + 0.04) / 1.1
+    assert awc.two_device_ratio(0.4, 0.66, 0.04, None) == pytest.approx(0.7 / 1.1)
+    assert awc.two_device_ratio(1.0, 1.0, 0.0, 0.9) == pytest.approx(0.9)  # G rescaled to 9 x T
+
+
+def test_a_call_inside_another_counts_under_its_own_name_only():
+    timers = awc.Timers()
+    inner = timers.wrap("sync", lambda: time.sleep(0.02))
+
+    def outer():
+        time.sleep(0.01)
+        inner()
+        return "done"
+
+    assert timers.wrap("generate", outer)() == "done"
+    assert timers.seconds["sync"] >= 0.02 and 0.01 <= timers.seconds["generate"] < timers.seconds["sync"]
+    with pytest.raises(ZeroDivisionError):  # an exception still closes the timing
+        timers.wrap("sync", lambda: 1 / 0)()
+    assert timers.wrap("generate", lambda: 7)() == 7
+
+
+def point(t, accuracy, step=0):
+    return {"time": t, "accuracy": {"all": accuracy}, "optimizer_steps": step}
+
+
+def record(config, seed, times, accuracies, budget, per_step=None):
+    return {
+        "config": config,
+        "seed": seed,
+        "budget": budget,
+        "points": [point(t, a) for t, a in zip(times, accuracies, strict=True)],
+        "per_step": per_step or {"generation": 0.4, "training": 0.6, "sync": 0.05, "blocked": 0.4},
+    }
+
+
+def naive_first(times, accuracies, target):
+    for i, a in enumerate(accuracies):
+        if a >= target and (i + 1 == len(accuracies) or accuracies[i + 1] >= target):
+            return times[i]
+    return None
+
+
+def test_summary_matches_a_naive_computation():
+    rng = random.Random(3)
+    runs = []
+    for seed in range(3):
+        budget = 100 + 10 * seed
+        grid = [budget * k / 4 for k in range(5)]
+        runs.append(
+            record("trl", seed, grid, [0.3] + sorted(rng.uniform(0.3, 0.5) for _ in range(4)), budget)
+        )
+        fast = [t * 0.7 for t in grid] + [budget]  # reaches 200 steps early: its last point is at the end
+        runs.append(
+            record(
+                "server-async", seed, fast, [0.3] + sorted(rng.uniform(0.3, 0.5) for _ in range(5)), budget
+            )
+        )
+    summary = awc.summarize(runs, share=0.9)
+    trl = [r for r in runs if r["config"] == "trl"]
+    mean_times = [statistics.fmean(r["points"][i]["time"] for r in trl) for i in range(5)]
+    mean_acc = [statistics.fmean(r["points"][i]["accuracy"]["all"] for r in trl) for i in range(5)]
+    for fraction, index in (("0.5", 2), ("0.75", 3), ("1.0", 4)):
+        target = mean_acc[index]
+        assert summary["targets"][fraction] == pytest.approx(target)
+        theirs = naive_first(mean_times, mean_acc, target)
+        for name in ("trl", "server-async"):
+            cell = summary["configs"][name][fraction]
+            mine = [
+                naive_first(
+                    [p["time"] for p in r["points"]], [p["accuracy"]["all"] for p in r["points"]], target
+                )
+                for r in runs
+                if r["config"] == name
+            ]
+            assert cell["time_to_target"] == mine and cell["trl_time_to_target"] == theirs
+            ratios = [None if m is None else m / theirs for m in mine]
+            assert cell["ratio_to_trl"] == pytest.approx(ratios)
+            assert cell["median_ratio"] == (
+                None if None in ratios else pytest.approx(statistics.median(ratios))
+            )
+    async_row = summary["configs"]["server-async"]
+    assert async_row["accuracy_at_budget"] == async_row["final_accuracy"]  # its last point is at the budget
+    modeled = async_row["modeled"][0]
+    assert modeled["measured_share"] == pytest.approx(0.4)
+    assert modeled["at_share"] == pytest.approx((5.4 + 0.05) / (5.4 + 0.6 + 0.05))
+
+
+def test_a_budget_longer_than_plain_trls_200_steps_is_refused():
+    runs = [record("trl", 0, [0, 5, 10], [0.3, 0.3, 0.3], 10), record("trl", 1, [0, 5], [0.3, 0.3], 10)]
+    with pytest.raises(SystemExit, match="--budget"):
+        awc.summarize(runs, share=0.9)
+
+
+def test_the_meter_evaluates_past_each_mark_and_at_the_last_step_then_stops():
+    meter = awc.Meter(tokenizer=None, marks=[2.0, 4.0], unit="steps", per_level=1)
+    evaluated = []
+    meter._evaluate = lambda model, step: evaluated.append(step)
+    control = SimpleNamespace(should_training_stop=False)
+    for step in range(1, 6):
+        meter.on_step_end(None, SimpleNamespace(global_step=step, max_steps=5), control)
+        if control.should_training_stop:
+            break
+    assert evaluated == [2, 4] and step == 4
+    meter = awc.Meter(tokenizer=None, marks=[2.0, 40.0], unit="steps", per_level=1)
+    meter._evaluate = lambda model, step: evaluated.append(step)
+    for step in range(1, 6):  # max_steps ends the run before its last mark: evaluated there too
+        meter.on_step_end(None, SimpleNamespace(global_step=step, max_steps=5), control)
+    assert evaluated[2:] == [2, 5]
