@@ -6,7 +6,8 @@ index; seed-major, plain TRL first, the others' order rotated per seed):
   trl           plain `trl.GRPOTrainer`, HF generate, both cores (2 torch threads, not pinned);
   server-sync   `GRPOHubTrainer`, vllm_mode="server", vllm_server_sync="merged", max_staleness=0: TRL's loop, the
                 server pinned to core 1 (started once, reused by every run), the trainer on core 0 (1 thread);
-  server-async  the same with max_staleness=1: the server generates the next batch while the trainer trains.
+  server-async  the same with max_staleness=1: the server generates the next batch while the trainer trains;
+  server-async+filter  and zero-signal filtering (packed), which shrinks the trainer's part of the step.
 Both server configurations correct with vllm_importance_sampling_mode="token_truncate" (the preset
 `chain-server.yaml`'s); plain TRL keeps its defaults.
 
@@ -52,7 +53,14 @@ from grpo_hub.tasks import chain
 from grpo_hub.tasks.chain_model import chain_model_path
 
 RECIPE = "recipes/configs/chain.yaml"
-CONFIGS = {"trl": None, "server-sync": 0, "server-async": 1}  # name -> max_staleness (None: plain TRL)
+# name -> grpo_hub settings on top of SERVER_FIELDS (None: plain TRL)
+CONFIGS = {
+    "trl": None,
+    "server-sync": {"max_staleness": 0},
+    "server-async": {"max_staleness": 1},
+    # overlap alone leaves the trainer's core the bottleneck: zero-signal filtering shrinks its work
+    "server-async+filter": {"max_staleness": 1, "filter_zero_signal": True},
+}
 SERVER_FIELDS = {
     "use_vllm": True,
     "vllm_mode": "server",
@@ -228,9 +236,9 @@ def free_port() -> int:
 
 
 def local_server(port: int, log_dir: str) -> server_process.LocalServer:
-    """The chain model's vLLM server on `SERVER_CORE` (fp32, LoRA enabled as the preset's recipe starts it); stopped
+    """The chain model's vLLM server on `SERVER_CORE` (fp32, no LoRA: the merged sync, as the recipe starts it); stopped
     on exit, exception, SIGINT and SIGTERM."""
-    argv = server_process.server_command(str(chain_model_path()), port=port, dtype="float32", lora_rank=16)
+    argv = server_process.server_command(str(chain_model_path()), port=port, dtype="float32", lora_rank=None)
     env = server_process.server_env(os.environ, cores=str(SERVER_CORE), gpus=None)
     log = Path(log_dir, "vllm-server.log")
     return server_process.LocalServer(argv, env, log, timeout=600, cores=str(SERVER_CORE))
@@ -241,15 +249,13 @@ def run(name: str, seed: int, budget: float | None, points: int, per_level: int,
     fields, lora = recipe_settings(RECIPE)
     prompts = fields.pop("num_prompts")
     common = {**fields, "output_dir": tempfile.mkdtemp(), **QUIET_CPU_RUN, "seed": seed}
-    staleness = CONFIGS[name]
-    if staleness is None:
+    settings = CONFIGS[name]
+    if settings is None:
         pin({TRAINER_CORE, SERVER_CORE})
         args = GRPOConfig(**common)
     else:
         pin({TRAINER_CORE})
-        args = GRPOHubConfig(
-            **common, **SERVER_FIELDS, vllm_server_base_url=server_url, max_staleness=staleness
-        )
+        args = GRPOHubConfig(**common, **SERVER_FIELDS, vllm_server_base_url=server_url, **settings)
     if budget is None:
         marks, unit = [args.max_steps * (i + 1) / points for i in range(points)], "steps"
     else:
@@ -258,7 +264,7 @@ def run(name: str, seed: int, budget: float | None, points: int, per_level: int,
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     meter = Meter(tokenizer, marks, unit, per_level)
     torch.manual_seed(seed)
-    trainer = (GRPOTrainer if staleness is None else GRPOHubTrainer)(
+    trainer = (GRPOTrainer if settings is None else GRPOHubTrainer)(
         model=AutoModelForCausalLM.from_pretrained(model_dir),
         reward_funcs=[meter.reward],
         args=args,

@@ -318,11 +318,15 @@ def local_vllm_server(recipe_args: RecipeArguments, training_args: GRPOHubConfig
     if not PartialState().is_local_main_process:
         yield
         return
+    # LoRA only where the adapter sync may run: vLLM's CPU platform turns compilation off with it (docs/vllm.md)
+    may_serve_adapter = training_args.vllm_server_sync == "adapter" or (
+        training_args.vllm_server_sync == "auto" and recipe_args.vllm_server_gpus is not None
+    )
     argv = server_process.server_command(
         model_name,
         port=training_args.vllm_server_port,
         dtype="bfloat16" if training_args.bf16 else "float32",  # what the trainer computes in
-        lora_rank=lora_rank,
+        lora_rank=lora_rank if may_serve_adapter else None,
     )
     env = server_process.server_env(
         os.environ, cores=recipe_args.vllm_server_cores, gpus=recipe_args.vllm_server_gpus
