@@ -145,10 +145,13 @@ class AsyncRollouts:
         return serving
 
     def wait_idle(self) -> None:
-        """Wait until no launched request is running (before the server's weights change in place)."""
+        """Wait until no launched request is running (before the server's weights change in place); the wait is
+        logged as async/sync_wait_seconds (the trainer waits for generation there, not in `pop`)."""
+        start = time.perf_counter()
         for launched in self.queue:
             if launched.future is not None:
                 launched.future.exception()
+        self.metrics["async/sync_wait_seconds"].append(time.perf_counter() - start)
 
     def in_use(self) -> set[str]:
         """Served names still to be generated with (their adapters must stay loaded)."""
