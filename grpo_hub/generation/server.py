@@ -1,5 +1,8 @@
 """Server mode without NCCL: TRL's `VLLMClient` against vLLM's own OpenAI server, weights synced over HTTP.
 
+'nccl' keeps TRL's own sync (vLLM's weight-transfer endpoints over an NCCL group: CUDA on both sides); 'auto' keeps it
+too for a server that takes neither HTTP sync when CUDA is there (`syncs_over_http`), so TRL users are unaffected.
+
 TRL 1.16's server mode generates through `/v1/completions` (`model=client.model`) but syncs weights through an NCCL
 group (`init_communicator`), which needs CUDA. Here the trainer builds `HTTPSyncClient` instead (`http_sync_client`):
 the same requests, no NCCL group, and the first request answered with one error naming the setting and the fix
@@ -29,8 +32,8 @@ from grpo_hub.errors import field_error
 from grpo_hub.generation.adapter_sync import gathered_adapter, served_rank
 
 FIELD = "vllm_server_sync"
-ADAPTER, MERGED, AUTO = "adapter", "merged", "auto"
-SYNC_MODES = (AUTO, ADAPTER, MERGED)
+ADAPTER, MERGED, AUTO, NCCL = "adapter", "merged", "auto", "nccl"
+SYNC_MODES = (AUTO, ADAPTER, MERGED, NCCL)
 EXTENSION = "grpo_hub.generation.worker_extension.WorkerExtension"
 RELOAD_METHOD, VERSION_METHOD = "grpo_hub_reload_weights", "grpo_hub_extension_version"
 CHECKPOINT_METHOD = "grpo_hub_reload_checkpoint"
@@ -42,6 +45,15 @@ SERVER_FIX = (
     "start one with `python -m vllm.entrypoints.openai.api_server --model <model> --logprobs-mode processed_logprobs "
     f"--worker-extension-cls {EXTENSION}` (docs/vllm.md), or let the recipe start it (--vllm_server_start true)"
 )
+
+
+def syncs_over_http(requested: str, *, has_extension: bool, has_runtime_lora: bool, has_cuda: bool) -> bool:
+    """Whether the weights go over HTTP (grpo_hub's syncs) rather than TRL's own NCCL transfer: 'auto' keeps TRL's
+    sync for a server that takes neither HTTP sync when CUDA can run it (a drop-in for TRL's server mode), and goes
+    over HTTP otherwise (where a server that takes neither is refused with the fix)."""
+    if requested != AUTO:
+        return requested != NCCL
+    return has_extension or has_runtime_lora or not has_cuda
 
 
 def choose_sync(requested: str, *, has_adapter: bool, server_device: str, base_bytes: int) -> str:
@@ -120,12 +132,15 @@ def check_sync_support(server_info: dict, probe, sync: str, adapter_rank: int | 
             )
 
 
-def make_http_sync_client():
-    """`HTTPSyncClient`: TRL's `VLLMClient` (vLLM is imported with it) without an NCCL group."""
+def make_http_sync_client(requested: str):
+    """`HTTPSyncClient`: TRL's `VLLMClient` (vLLM is imported with it) that opens TRL's NCCL group only where
+    `syncs_over_http` says TRL's sync runs (its `over_http`)."""
     from trl.generation.vllm_client import VLLMClient
 
     class HTTPSyncClient(VLLMClient):
         """TRL's client for vLLM's OpenAI server; weights go over HTTP (`ServerAdapterSync`, `ServerMergedSync`)."""
+
+        over_http = True
 
         def check_server(self, total_timeout: float = 0.0, retry_interval: float = 2.0):
             try:
@@ -138,7 +153,22 @@ def make_http_sync_client():
                 )
 
         def init_communicator(self, device=0):
-            """No NCCL group: the syncs here send weights over HTTP."""
+            """No NCCL group when the weights go over HTTP; TRL's group otherwise (`syncs_over_http`)."""
+            import torch
+
+            has_extension = self.post("/collective_rpc", {"method": VERSION_METHOD})[0] == 200
+            status, body = self.post(
+                "/v1/load_lora_adapter", {"lora_name": "grpo-hub-probe", "lora_path": "/none"}
+            )
+            has_runtime_lora = not (
+                status == 404 and "error" not in body
+            )  # 404 {"detail": ...}: no such route
+            self.over_http = syncs_over_http(
+                requested, has_extension=has_extension, has_runtime_lora=has_runtime_lora,
+                has_cuda=torch.cuda.is_available(),
+            )  # fmt: skip
+            if not self.over_http:
+                super().init_communicator(device)
 
         def post(self, path: str, payload: dict) -> tuple[int, dict]:
             """(status, JSON body) of a POST to the server."""
@@ -159,15 +189,16 @@ def make_http_sync_client():
 
 
 @contextlib.contextmanager
-def http_sync_client(enabled: bool):
-    """While TRL's `VLLMGeneration` is built in server mode, it builds `HTTPSyncClient` instead of `VLLMClient`."""
-    if not enabled:
+def http_sync_client(requested: str | None):
+    """While TRL's `VLLMGeneration` is built in server mode (`requested`: the vllm_server_sync value; None: not server
+    mode), it builds `HTTPSyncClient` instead of `VLLMClient`, except for 'nccl' (TRL's own sync, untouched)."""
+    if requested in (None, NCCL):
         yield
         return
     from trl.generation import vllm_generation
 
     original = vllm_generation.VLLMClient
-    vllm_generation.VLLMClient = make_http_sync_client()
+    vllm_generation.VLLMClient = make_http_sync_client(requested)
     try:
         yield
     finally:

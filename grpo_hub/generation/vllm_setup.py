@@ -71,9 +71,20 @@ def prepare_server(generation, settings: ServerSettings, *, collectives, metrics
     `collectives` = (gather_object, broadcast_object, rank, is_main_process)."""
     gather_object, broadcast, rank, is_main = collectives
     client, model = getattr(generation, "vllm_client", None), generation.model
-    decided = [check_server(client, settings, model) if is_main else None]
+    decided = [None]
+    if is_main:
+        decided = [check_server(client, settings, model) if client.over_http else server.NCCL]
     broadcast(decided)
     sync_mode = decided[0]
+    if sync_mode == server.NCCL:  # TRL's own sync runs, untouched
+        if settings.max_staleness:
+            field_error(
+                "max_staleness",
+                "asynchronous rollouts need grpo_hub's HTTP sync, but the server takes neither (TRL's NCCL sync runs).",
+                f"start the server with VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls {server.EXTENSION}, or set "
+                "max_staleness=0.",
+            )
+        return None
     if sync_mode == server.ADAPTER and settings.adapter is None:
         field_error(server.FIELD, "'adapter' syncs a LoRA adapter, but the model has none.", "use 'merged'.")
     folder = server.sync_folder(settings.sync_dir) if is_main else None

@@ -302,8 +302,10 @@ class GRPOHubConfig(GRPOConfig):
             "help": "How the trainer's weights reach a vLLM OpenAI server (vllm_mode='server') before each "
             "generation after an optimizer step: 'adapter' (the trained LoRA adapter only, served under a fresh name "
             "through /v1/load_lora_adapter), 'merged' (the merged LoRA or full weights, reloaded in place by "
-            "grpo_hub's worker extension through /collective_rpc), or 'auto' (merged without PEFT or on a CPU "
-            "server, adapter on a GPU server when the base weights reach 1 GiB; docs/vllm.md)."
+            "grpo_hub's worker extension through /collective_rpc), 'nccl' (TRL's own sync over an NCCL group, "
+            "CUDA on both sides), or 'auto' (TRL's sync for a server without grpo_hub's worker extension or runtime "
+            "LoRA loading when CUDA is there; else merged without PEFT or on a CPU server, the adapter on a GPU "
+            "server when the base weights reach 1 GiB; docs/vllm.md)."
         },
     )
     vllm_server_sync_dir: str | None = field(

@@ -208,6 +208,25 @@ EXCEPTIONS = (
         "adapter-only sync sends the adapter, 'merged' sends the merged weights.",
         "keep one: vllm_adapter_sync=False with vllm_server_sync='merged', or vllm_server_sync='adapter'.",
     ),
+    # a value of vllm_server_sync: TRL's own NCCL sync pushes merged weights between generations
+    Conflict(
+        "vllm_adapter_sync",
+        "vllm_server_sync",
+        lambda c: (
+            F.is_on("vllm_adapter_sync", c)
+            and F.is_on("vllm_server_sync", c)
+            and c.vllm_server_sync == "nccl"
+        ),
+        "adapter-only sync sends the adapter over HTTP, 'nccl' is TRL's merged sync over NCCL.",
+        "keep one: vllm_adapter_sync=False with vllm_server_sync='nccl', or vllm_server_sync='adapter'.",
+    ),
+    Conflict(
+        "max_staleness",
+        "vllm_server_sync",
+        lambda c: F.is_on("async_rollouts", c) and c.vllm_server_sync == "nccl",
+        "asynchronous rollouts sync over HTTP while requests run; TRL's NCCL sync is not built for that.",
+        "use vllm_server_sync='auto', 'merged' or 'adapter', or max_staleness=0.",
+    ),
     # a value of TRL's IS switch: a stale row is off-policy, and only the IS weight corrects it
     Conflict(
         "max_staleness",

@@ -80,7 +80,7 @@ class GRPOHubTrainer(GRPOTrainer):
         colocate_adapter = features.is_on("vllm_adapter_sync", args) and args.vllm_mode == "colocate"
         with (
             adapter_engine(colocate_adapter, model, kwargs.get("peft_config")),  # a LoRA-enabled engine
-            http_sync_client(features.is_on("vllm_server_sync", args)),  # server mode without NCCL
+            http_sync_client(args.vllm_server_sync if features.is_on("vllm_server_sync", args) else None),
         ):
             super().__init__(model, reward_funcs, args=args, **kwargs)
         self._rollouts = None  # asynchronous rollouts (max_staleness > 0)

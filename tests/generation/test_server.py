@@ -94,3 +94,21 @@ def test_async_rollouts_refuse_turn_by_turn_and_image_rollouts(tmp_path, given):
         check_trainer_options(args, **given, has_reference=False, datasets={})
     check_trainer_options(tiny_config(tmp_path, use_vllm=True, vllm_mode="server"), **given, has_reference=False,
                           datasets={})  # fmt: skip
+
+
+@pytest.mark.parametrize(("requested", "extension", "lora", "cuda", "http"), [
+    ("auto", False, False, True, False),  # a plain server on GPUs: TRL's own NCCL sync, as without grpo_hub
+    ("auto", True, False, True, True),  # grpo_hub's worker extension: merged weights over HTTP
+    ("auto", False, True, True, True),  # runtime LoRA loading: the adapter over HTTP
+    ("auto", False, False, False, True),  # no CUDA, no NCCL: over HTTP, where the missing support is refused
+    ("merged", False, False, True, True),
+    ("adapter", False, False, True, True),
+    ("nccl", True, True, True, False),
+])  # fmt: skip
+def test_auto_keeps_trls_nccl_sync_for_a_server_that_takes_no_http_sync(
+    requested, extension, lora, cuda, http
+):
+    assert (
+        server.syncs_over_http(requested, has_extension=extension, has_runtime_lora=lora, has_cuda=cuda)
+        is http
+    )

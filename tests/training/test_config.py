@@ -165,7 +165,15 @@ INVALID = [
         "vllm_adapter_sync",
         {"vllm_adapter_sync": True, "use_vllm": True, "vllm_mode": "server", "vllm_server_sync": "merged"},
     ),
-    ("vllm_server_sync", {"use_vllm": True, "vllm_mode": "server", "vllm_server_sync": "nccl"}),
+    ("vllm_server_sync", {"use_vllm": True, "vllm_mode": "server", "vllm_server_sync": "tcp"}),
+    (
+        "vllm_adapter_sync",
+        {"vllm_adapter_sync": True, "use_vllm": True, "vllm_mode": "server", "vllm_server_sync": "nccl"},
+    ),
+    (
+        "max_staleness",
+        {"use_vllm": True, "vllm_mode": "server", "max_staleness": 1, "vllm_server_sync": "nccl"},
+    ),
     ("vllm_server_sync", {"vllm_server_sync": "merged"}),  # colocate: no effect
     ("vllm_server_sync_dir", {"vllm_server_sync_dir": "/tmp/sync"}),
     ("max_staleness", {"use_vllm": True, "vllm_mode": "server", "max_staleness": -1}),
