@@ -39,15 +39,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-from transformers.trainer_callback import PrinterCallback
-from trl import GRPOConfig, GRPOTrainer
+from transformers import AutoTokenizer, TrainerCallback
+from trl import GRPOConfig
 
 from benchmarks import clocks
 from benchmarks.accuracy_summary import mean_curve
 from benchmarks.common import QUIET_CPU_RUN, print_table
-from benchmarks.time_to_accuracy import recipe_settings
-from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from benchmarks.time_to_accuracy import chain_trainer, recipe_settings
+from grpo_hub import GRPOHubConfig
 from grpo_hub.generation import server_process
 from grpo_hub.tasks import chain
 from grpo_hub.tasks.chain_model import chain_model_path
@@ -263,18 +262,7 @@ def run(name: str, seed: int, budget: float | None, points: int, per_level: int,
     model_dir = chain_model_path()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     meter = Meter(tokenizer, marks, unit, per_level)
-    torch.manual_seed(seed)
-    trainer = (GRPOTrainer if settings is None else GRPOHubTrainer)(
-        model=AutoModelForCausalLM.from_pretrained(model_dir),
-        reward_funcs=[meter.reward],
-        args=args,
-        train_dataset=chain.load_chain("train", n=prompts, seed=0),
-        processing_class=tokenizer,
-        peft_config=lora,
-    )
-    meter.attach(trainer)
-    trainer.remove_callback(PrinterCallback)
-    trainer.train()
+    chain_trainer(args, meter, lora, prompts, seed).train()
     return meter.record(name, seed, budget)
 
 

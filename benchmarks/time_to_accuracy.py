@@ -206,19 +206,26 @@ def run(
     args = GRPOConfig(**common) if extra is None else GRPOHubConfig(**common, **extra)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     meter = Meter(tokenizer, budget, points, args.num_generations, per_level, costs)
+    chain_trainer(args, meter, lora, prompts, seed).train()
+    return meter.points
+
+
+def chain_trainer(args, meter, lora, prompts: int, seed: int):
+    """Plain TRL's trainer (a `GRPOConfig`) or grpo_hub's (a `GRPOHubConfig`) on the chain task's first `prompts`
+    training problems, rewarded and metered by `meter` (its `reward`, `attach`), without the console printer."""
+    model_dir = chain_model_path()
     torch.manual_seed(seed)
-    trainer = (GRPOTrainer if extra is None else GRPOHubTrainer)(
+    trainer = (GRPOHubTrainer if isinstance(args, GRPOHubConfig) else GRPOTrainer)(
         model=AutoModelForCausalLM.from_pretrained(model_dir),
         reward_funcs=[meter.reward],
         args=args,
         train_dataset=chain.load_chain("train", n=prompts, seed=0),
-        processing_class=tokenizer,
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
         peft_config=lora,
     )
     meter.attach(trainer)
     trainer.remove_callback(PrinterCallback)
-    trainer.train()
-    return meter.points
+    return trainer
 
 
 def measure(cli) -> tuple[str, list[int], dict]:

@@ -203,22 +203,10 @@ EXCEPTIONS = (
         lambda c: (
             F.is_on("vllm_adapter_sync", c)
             and F.is_on("vllm_server_sync", c)
-            and c.vllm_server_sync == "merged"
+            and c.vllm_server_sync in ("merged", "nccl")
         ),
-        "adapter-only sync sends the adapter, 'merged' sends the merged weights.",
-        "keep one: vllm_adapter_sync=False with vllm_server_sync='merged', or vllm_server_sync='adapter'.",
-    ),
-    # a value of vllm_server_sync: TRL's own NCCL sync pushes merged weights between generations
-    Conflict(
-        "vllm_adapter_sync",
-        "vllm_server_sync",
-        lambda c: (
-            F.is_on("vllm_adapter_sync", c)
-            and F.is_on("vllm_server_sync", c)
-            and c.vllm_server_sync == "nccl"
-        ),
-        "adapter-only sync sends the adapter over HTTP, 'nccl' is TRL's merged sync over NCCL.",
-        "keep one: vllm_adapter_sync=False with vllm_server_sync='nccl', or vllm_server_sync='adapter'.",
+        "adapter-only sync sends the adapter over HTTP; 'merged' and 'nccl' (TRL's sync) send the merged weights.",
+        "keep one: vllm_adapter_sync=False, or vllm_server_sync='adapter'.",
     ),
     Conflict(
         "max_staleness",
