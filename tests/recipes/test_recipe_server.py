@@ -93,3 +93,16 @@ def test_a_server_dying_mid_run_stops_the_run_and_keeps_the_last_checkpoint(tmp_
     assert saved["global_step"] == 2
     assert (checkpoint / "adapter_model.safetensors").is_file() and (checkpoint / "batch_stream.pt").is_file()
     assert server_groups(port) == [] and not listening(port)
+
+
+def test_a_server_that_is_down_is_one_line_before_training(tmp_path):
+    from tests.training.vllm.engine import vllm_env, vllm_python
+
+    url = f"http://127.0.0.1:{free_port()}"
+    command = [vllm_python(), str(RECIPE), "--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_base_url",
+               url, "--vllm_server_timeout", "1", "--output_dir", str(tmp_path / "out")]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"grpo.py: error: `vllm_server_base_url`: no vLLM server answered at {url}/health" in done.stderr
+    assert "Traceback" not in done.stderr and "Fix:" in done.stderr
+    assert not (tmp_path / "out" / "run_summary.json").exists()

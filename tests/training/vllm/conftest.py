@@ -82,8 +82,7 @@ def two_rank_runs(tmp_path_factory) -> dict[str, list[dict]]:
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory):
     """Base URL of a vLLM OpenAI server of the shipped chain model (fp32, both server syncs), for the session."""
-    from grpo_hub.tasks.chain_model import chain_model_path
-    from tests.training.vllm.engine import running_server
+    from tests.training.vllm.engine import chain_server
 
-    with running_server(chain_model_path(), tmp_path_factory.mktemp("vllm_server_log")) as base_url:
-        yield base_url
+    with chain_server(tmp_path_factory.mktemp("vllm_server_log")) as server:
+        yield server.base_url

@@ -7,18 +7,15 @@ hangs is killed with its whole process group (vLLM starts engine and worker proc
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
-import requests
-
+from grpo_hub.generation.server_process import LocalServer, server_command, server_env
 from tests.conftest import REPO_ROOT, free_port, skip_or_fail
-from tests.training.distributed.launch import _kill_group, launch_env, output_tail, run_isolated
+from tests.training.distributed.launch import launch_env, output_tail, run_isolated
 
 WORKER = Path(__file__).resolve().parent / "colocate_worker.py"
 TWO_CPU_RANKS = REPO_ROOT / "recipes" / "accelerate" / "cpu-ddp.yaml"
@@ -71,21 +68,16 @@ def run_worker(
     return {name: [json.loads(p.read_text()) for p in paths] for name, paths in results.items()}
 
 
-SERVER_ENV = {
-    "VLLM_SERVER_DEV_MODE": "1",  # /server_info and /collective_rpc
-    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",  # /v1/load_lora_adapter
-    "OMP_NUM_THREADS": "1",
-}
+def chain_server(log_dir: Path) -> LocalServer:
+    """A local vLLM server of the shipped chain model on a free port (fp32, as the trainer; LoRA up to rank 16, so
+    that both server syncs run), one OpenMP thread; `with` it, or `start()` / `stop()`."""
+    from grpo_hub.tasks.chain_model import chain_model_path
 
-
-def server_command(model: str, port: int) -> list[str]:
-    """A vLLM OpenAI server of `model` (fp32, as the trainer) that takes both server syncs (LoRA up to rank 16)."""
-    return [
-        vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--port", str(port),
-        "--dtype", "float32", "--enable-lora", "--max-lora-rank", "16", "--max-loras", "1",
-        "--logprobs-mode", "processed_logprobs",
-        "--worker-extension-cls", "grpo_hub.generation.worker_extension.WorkerExtension",
-    ]  # fmt: skip
+    argv = server_command(
+        chain_model_path(), port=free_port(), dtype="float32", lora_rank=16, python=vllm_python()
+    )
+    env = server_env({**vllm_env(), "OMP_NUM_THREADS": "1"}, cores=None, gpus=None)
+    return LocalServer(argv, env, log_dir / "server.log", timeout=400)
 
 
 def run_server_worker(result_dir: Path, runs: dict, base_url: str, *, ranks: int = 1, extra=(), timeout=900):
@@ -110,39 +102,3 @@ def run_server_worker(result_dir: Path, runs: dict, base_url: str, *, ranks: int
     missing = [f"{p.parent.name}/{p.name}" for paths in results.values() for p in paths if not p.is_file()]
     assert not missing, f"ranks wrote no result {missing}:\n{output_tail(output)}"
     return {name: [json.loads(p.read_text()) for p in paths] for name, paths in results.items()}
-
-
-def start_server(argv: list[str], log_path: Path, timeout: float = 400):
-    """Start a vLLM server (`argv`) in its own process group, logging to `log_path`; wait until it answers /health.
-    Returns (the process, its base URL); the caller kills its group."""
-    port = argv[argv.index("--port") + 1]
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            argv, env={**vllm_env(), **SERVER_ENV}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            cwd=REPO_ROOT,
-        )  # fmt: skip
-    base_url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while not _healthy(base_url):
-        if process.poll() is not None or time.monotonic() > deadline:
-            _kill_group(process.pid)
-            raise AssertionError(f"no vLLM server at {base_url}:\n{log_path.read_text()[-3000:]}")
-        time.sleep(1)
-    return process, base_url
-
-
-@contextlib.contextmanager
-def running_server(model: str, log_dir: Path):
-    """A vLLM server of `model` on a free port for the `with` block; yields its base URL."""
-    process, base_url = start_server(server_command(model, free_port()), log_dir / "server.log")
-    try:
-        yield base_url
-    finally:
-        _kill_group(process.pid)
-
-
-def _healthy(base_url: str) -> bool:
-    try:
-        return requests.get(f"{base_url}/health", timeout=2).status_code == 200
-    except requests.RequestException:
-        return False

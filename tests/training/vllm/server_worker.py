@@ -19,11 +19,11 @@ import subprocess
 import time
 from pathlib import Path
 
-import requests
 import torch
 from transformers import TrainerCallback
 
 from grpo_hub import GRPOHubTrainer
+from grpo_hub.generation.server_process import healthy
 from grpo_hub.tasks import get_reward_funcs, load_task_dataset
 from grpo_hub.tasks.chain_model import chain_model_path
 from tests.helpers import tiny_config
@@ -110,18 +110,15 @@ class RestartServer(TrainerCallback):
         os.killpg(self.command["pgid"], signal.SIGKILL)
         with open(self.command["log"], "a") as log:
             process = subprocess.Popen(
-                self.command["argv"], env={**os.environ, **self.command["env"]}, start_new_session=True,
+                self.command["argv"], env=self.command["env"], start_new_session=True,
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.command["pgid"] = process.pid
         Path(self.command["pgid_file"]).write_text(str(process.pid))  # the test stops it
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            try:
-                if requests.get(f"{self.base_url}/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
+            if healthy(self.base_url):
+                return
             time.sleep(1)
         raise RuntimeError("the restarted server did not come up")
 

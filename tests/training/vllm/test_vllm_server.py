@@ -119,30 +119,25 @@ def test_two_ranks_share_one_server(vllm_server, tmp_path_factory):
 def test_a_restarted_server_gets_the_current_weights_before_it_serves(tmp_path):
     import json
 
-    from grpo_hub.tasks.chain_model import chain_model_path
-    from tests.conftest import free_port
+    from grpo_hub.generation.server_process import group_members
     from tests.training.distributed.launch import _kill_group
-    from tests.training.vllm.engine import SERVER_ENV, run_server_worker, server_command, start_server
+    from tests.training.vllm.engine import chain_server, run_server_worker
 
-    port, log = free_port(), tmp_path / "server.log"
-    argv = server_command(chain_model_path(), port)
-    process, base_url = start_server(argv, log)
-    pgid_file = tmp_path / "pgid"
-    pgid_file.write_text(str(process.pid))
-    command = {
-        "argv": argv,
-        "env": SERVER_ENV,
-        "log": str(log),
-        "pgid": process.pid,
-        "pgid_file": str(pgid_file),
-    }
+    server = chain_server(tmp_path)
+    server.start()
+    pgid_file = tmp_path / "pgid"  # the worker restarts the server: the group to stop afterwards
+    pgid_file.write_text(str(server.process.pid))
+    command = {"argv": server.argv, "env": server.env, "log": str(server.log_path), "pgid": server.process.pid,
+               "pgid_file": str(pgid_file)}  # fmt: skip
     runs = {"restart": {**LORA, "vllm_server_sync": "merged", "max_steps": 4, "restart_after": 2}}
     try:
         result = run_server_worker(
-            tmp_path / "runs", runs, base_url, extra=["--server-command", json.dumps(command)]
+            tmp_path / "runs", runs, server.base_url, extra=["--server-command", json.dumps(command)]
         )
     finally:
+        server.stop()
         _kill_group(int(pgid_file.read_text()))
+    assert not group_members(int(pgid_file.read_text()))
     record = result["restart"][0]["probe"]
     # syncs: before generating steps 1, 2 and 4; after step 2 (the callback, then the restart); before generating
     # step 3 the trainer believes the server current, notices the new instance and syncs again
