@@ -135,6 +135,7 @@ def check_sync_support(server_info: dict, probe, sync: str, adapter_rank: int | 
 def make_http_sync_client(requested: str):
     """`HTTPSyncClient`: TRL's `VLLMClient` (vLLM is imported with it) that opens TRL's NCCL group only where
     `syncs_over_http` says TRL's sync runs (its `over_http`)."""
+    import requests
     from trl.generation.vllm_client import VLLMClient
 
     class HTTPSyncClient(VLLMClient):
@@ -160,9 +161,9 @@ def make_http_sync_client(requested: str):
             status, body = self.post(
                 "/v1/load_lora_adapter", {"lora_name": "grpo-hub-probe", "lora_path": "/none"}
             )
-            has_runtime_lora = not (
-                status == 404 and "error" not in body
-            )  # 404 {"detail": ...}: no such route
+            has_runtime_lora = (
+                status == 404 and "error" in body
+            )  # "No adapter found": the route and LoRA work
             self.over_http = syncs_over_http(
                 requested, has_extension=has_extension, has_runtime_lora=has_runtime_lora,
                 has_cuda=torch.cuda.is_available(),
@@ -172,7 +173,8 @@ def make_http_sync_client(requested: str):
 
         def post(self, path: str, payload: dict) -> tuple[int, dict]:
             """(status, JSON body) of a POST to the server."""
-            response = self.session.post(f"{self.base_url}{path}", json=payload)
+            # not the client's retrying session: a 500 here is an answer (e.g. LoRA off), and a reload is not retried
+            response = requests.post(f"{self.base_url}{path}", json=payload, timeout=600)
             try:
                 return response.status_code, response.json()
             except ValueError:

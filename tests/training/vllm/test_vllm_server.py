@@ -118,6 +118,7 @@ def test_two_ranks_share_one_server(vllm_server, tmp_path_factory):
 
 def test_a_restarted_server_gets_the_current_weights_before_it_serves(tmp_path):
     import json
+    import time
 
     from grpo_hub.generation.server_process import group_members
     from tests.training.distributed.launch import _kill_group
@@ -137,6 +138,9 @@ def test_a_restarted_server_gets_the_current_weights_before_it_serves(tmp_path):
     finally:
         server.stop()
         _kill_group(int(pgid_file.read_text()))
+    deadline = time.monotonic() + 30  # SIGKILL is asynchronous: the processes go a moment later
+    while group_members(int(pgid_file.read_text())) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not group_members(int(pgid_file.read_text()))
     record = result["restart"][0]["probe"]
     # syncs: before generating steps 1, 2 and 4; after step 2 (the callback, then the restart); before generating
