@@ -154,11 +154,19 @@ def test_an_unservable_adapter_is_refused_before_the_engine_starts(tmp_path, tin
 
 @pytest.mark.parametrize(
     ("overrides", "other"),
-    [({"vllm_mode": "server"}, "vllm_mode"), ({"vllm_enable_sleep_mode": True}, "vllm_enable_sleep_mode")],
+    [
+        ({"vllm_mode": "server", "vllm_server_sync": "merged"}, "vllm_server_sync"),
+        ({"vllm_enable_sleep_mode": True}, "vllm_enable_sleep_mode"),
+    ],
 )
-def test_server_and_sleep_mode_are_refused_at_config_time(tmp_path, overrides, other):
+def test_a_merged_server_sync_and_sleep_mode_are_refused_at_config_time(tmp_path, overrides, other):
     with pytest.raises(ValueError, match=f"{FIELD} with `{other}`.*Fix:"):
         tiny_config(tmp_path, use_vllm=True, vllm_adapter_sync=True, **overrides)
+
+
+def test_in_server_mode_it_means_the_adapter_server_sync(tmp_path):
+    config = tiny_config(tmp_path, use_vllm=True, vllm_adapter_sync=True, vllm_mode="server")
+    assert config.vllm_server_sync == "adapter"
 
 
 def test_without_vllm_the_field_is_an_error(tmp_path):
