@@ -146,7 +146,7 @@ def make_http_sync_client(requested: str):
         def check_server(self, total_timeout: float = 0.0, retry_interval: float = 2.0):
             try:
                 super().check_server(total_timeout, retry_interval)
-            except ConnectionError:
+            except (ConnectionError, requests.exceptions.ConnectionError):  # TRL raises the latter
                 field_error(
                     "vllm_server_base_url",
                     f"no vLLM server answered at {self.base_url}/health within vllm_server_timeout={total_timeout} s.",
