@@ -30,6 +30,7 @@ import logging
 import os
 import sys
 import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -43,17 +44,19 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from trl.models import unwrap_model_for_generation
 
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub.errors import field_error
 from grpo_hub.generation import server_process
 from grpo_hub.hub import HubPushCallback
 from grpo_hub.tasks import (
     DEFAULT_TASK,
     OFFLINE_MODELS,
     SCORED_TASKS,
+    TASKS,
     build_tiny_model,
     get_reward_funcs,
     load_task_dataset,
 )
-from grpo_hub.training import config_files
+from grpo_hub.training import config_files, flag_values, value_ranges
 from grpo_hub.training.console import plain_upstream_bars, quiet_upstream_warnings, use_compact_progress
 
 logger = logging.getLogger(__name__)
@@ -123,21 +126,29 @@ class RecipeArguments:
     )
 
     def __post_init__(self):
-        if self.num_prompts < 1:
-            raise ValueError(
-                f"`--num_prompts` must be >= 1, got {self.num_prompts}. Fix: pass e.g. --num_prompts 512."
-            )
+        value_ranges.check_ranges(self, RECIPE_RANGES)
         for name in ("vllm_server_cores", "vllm_server_gpus"):
             if getattr(self, name) is not None and not self.vllm_server_start:
-                raise ValueError(
-                    f"`--{name}` places the local vLLM server, which only --vllm_server_start true starts. "
-                    f"Fix: add --vllm_server_start true, or drop --{name}."
+                field_error(
+                    name,
+                    "places the local vLLM server, which only --vllm_server_start true starts.",
+                    f"add --vllm_server_start true, or drop --{name}.",
                 )
+        if self.vllm_server_cores is not None:
+            server_process.parse_cores(self.vllm_server_cores)
         if self.eval_pass_k and self.task != "arithmetic":
-            raise ValueError(
-                f"`--eval_pass_k` is reported for --task arithmetic only, got --task {self.task}. "
-                "Fix: drop --eval_pass_k."
+            field_error(
+                "eval_pass_k",
+                f"is reported for --task arithmetic only, got --task {self.task}.",
+                "drop --eval_pass_k.",
             )
+
+
+RECIPE_RANGES = (
+    value_ranges.Range("num_prompts", 1),
+    value_ranges.Range("dataset_seed", 0, value_ranges.SEED_MAX, why="numpy's seed range"),
+    value_ranges.Range("eval_pass_k", 0, why="0 reports greedy accuracy only"),
+)
 
 
 def task_preset(task: str) -> Path:
@@ -179,20 +190,28 @@ def requested_task(argv: list[str]) -> str:
     known, _ = pre.parse_known_args(argv)
     if known.task:
         return known.task
-    if known.config:
-        return read_config(known.config).get("task", DEFAULT_TASK)
-    return DEFAULT_TASK
+    task = read_config(known.config).get("task") if known.config else None
+    return (
+        task if isinstance(task, str) and task in TASKS else DEFAULT_TASK
+    )  # a bad one is refused when parsed
 
 
 class RecipeParser(TrlParser):
-    """TrlParser that refuses prefixes of flags (`allow_abbrev=False`) and answers an unknown flag or YAML key, and
-    any argparse error, with one line naming it (exit status 2) instead of a traceback or the usage screen."""
+    """TrlParser whose every complaint is one line naming the field (exit status 2), instead of a traceback or the
+    usage screen: unknown flags and YAML keys (with the closest name), prefixes of flags (`allow_abbrev=False`),
+    values argparse refuses, YAML values the flag would refuse (`flag_values.yaml_value`), and every value the
+    dataclasses refuse when built (GRPOHubConfig's checks, TRL's and transformers' own) or `check_parsed` refuses."""
 
     def __init__(self, dataclass_types):
         super().__init__(dataclass_types, allow_abbrev=False)
+        self.annotations = {
+            name: annotation
+            for kind in dataclass_types
+            for name, annotation in typing.get_type_hints(kind).items()
+        }
 
     def error(self, message: str):
-        fail(message)
+        fail(flag_values.argparse_field_error(message, self._actions, self.annotations))
 
     def parse_args_and_config(self, args=None, **kwargs):
         args = list(sys.argv[1:] if args is None else args)
@@ -203,16 +222,56 @@ class RecipeParser(TrlParser):
                 fail(unknown_name("flag", flag, flags))
         if "--config" in args:  # read here (TrlParser would not follow `base:`), then parsed as TRL does
             at = args.index("--config")
-            path = args[at + 1]
-            config = read_config(path)
-            keys = sorted(action.dest for action in self._actions if action.option_strings)
-            for key in config:
-                if key != "env" and key not in keys:
-                    fail(f"{unknown_name('key', key, keys)} in --config {path}")
-            os.environ.update({key: str(value) for key, value in config.pop("env", {}).items()})
-            self.set_defaults_with_config(**config)
+            path = (
+                args[at + 1]
+                if at + 1 < len(args)
+                else fail("--config needs a YAML file. Fix: --config PATH.")
+            )
+            self.set_defaults_with_config(**self.yaml_settings(path))
             args = args[:at] + args[at + 2 :]
-        return super().parse_args_and_config(args, **kwargs)
+        try:
+            parsed = super().parse_args_and_config(args, **kwargs)
+            check_parsed(*parsed)
+        except (
+            ValueError
+        ) as error:  # a value a dataclass or check_parsed refuses: the message names the field
+            fail(" ".join(str(error).split()))
+        return parsed
+
+    def yaml_settings(self, path: str) -> dict:
+        """The `--config` file's settings, each checked as its flag would be; its `env:` mapping is exported."""
+        config = read_config(path)
+        actions = {action.dest: action for action in self._actions if action.option_strings}
+        for key in config:
+            if key != "env" and key not in actions:
+                fail(f"{unknown_name('key', str(key), sorted(actions))} in --config {path}")
+        env = config.pop("env", {})
+        if not isinstance(env, dict):
+            fail(
+                f"`env`: in --config {path} must map variable names to values, got {env!r}. Fix: env: {{NAME: value}}."
+            )
+        try:
+            settings = {
+                key: flag_values.yaml_value(actions[key], self.annotations[key], key, value)
+                for key, value in config.items()
+            }
+        except ValueError as error:
+            fail(f"{error} (in --config {path})")
+        os.environ.update({str(key): str(value) for key, value in env.items()})
+        return settings
+
+
+def check_parsed(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args: ModelConfig) -> None:
+    """What the values alone decide across the three dataclasses, before a model or dataset is loaded."""
+    value_ranges.check_ranges(model_args, value_ranges.MODEL_RANGES)
+    rewards = len(get_reward_funcs(recipe_args.task))
+    if training_args.reward_weights is not None and len(training_args.reward_weights) != rewards:
+        field_error(
+            "reward_weights",
+            f"{len(training_args.reward_weights)} weights for task {recipe_args.task!r}, which has {rewards} "
+            "reward function(s).",
+            f"give {rewards} weight(s), or drop --reward_weights.",
+        )
 
 
 def recipe_defaults(task: str, has_cuda: bool) -> dict:

@@ -18,7 +18,7 @@ from trl import GRPOConfig
 
 from grpo_hub.algos import loss_types
 from grpo_hub.errors import field_error
-from grpo_hub.training import features, resolve_and_validate
+from grpo_hub.training import features, resolve_and_validate, value_ranges
 from grpo_hub.training.compat import check_trl_version
 from grpo_hub.training.validation import check_effect, check_finite, check_type
 from grpo_hub.training.vllm_checks import AGILERL_TOKEN_CAP
@@ -373,8 +373,8 @@ class GRPOHubConfig(GRPOConfig):
         resolve_and_validate.validate(self)
 
     def _check_values(self) -> None:
-        """Type and finiteness of every field declared here, no NaN in any float field (TRL's included), and
-        num_generations >= 2 (TRL refuses 1 too, but without naming the field)."""
+        """Type and finiteness of every field declared here, no NaN in any float field (TRL's included), the
+        ranges of TRL's and transformers' numbers, and whole groups in every generation batch."""
         for name, annotation in inspect.get_annotations(GRPOHubConfig).items():
             check_type(name, getattr(self, name), annotation)
             check_finite(name, getattr(self, name))
@@ -384,12 +384,10 @@ class GRPOHubConfig(GRPOConfig):
             value = getattr(self, f.name)
             if isinstance(value, float) and math.isnan(value):
                 field_error(f.name, "is NaN, which passes every range check.", "give a number.")
-        if isinstance(self.num_generations, int) and self.num_generations < 2:  # TRL's error names no field
-            field_error(
-                "num_generations",
-                f"GRPO compares the completions of a group, so it needs >= 2, got {self.num_generations}.",
-                "set num_generations >= 2 (e.g. 8).",
-            )
+        value_ranges.check_ranges(
+            self
+        )  # TRL's and transformers' numbers, named as set (TRL's errors name others)
+        value_ranges.check_groups_fit(self, value_ranges.launched_processes())
 
     # --- what the resolved config changes in the trainer (asked of the feature rows) ---
     @property

@@ -32,9 +32,14 @@ def read_config(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
         raise ValueError(
             f"config {path} must hold a YAML mapping (key: value lines), got {type(config).__name__}."
         )
-    parent = config.pop(PARENT_KEY, None)
-    if parent is None:
+    if PARENT_KEY not in config:
         return config
+    parent = config.pop(PARENT_KEY)
+    if not isinstance(parent, str) or not parent.strip():
+        raise ValueError(
+            f"`{PARENT_KEY}`: must be the path of a parent YAML file, got {type(parent).__name__} {parent!r} (in "
+            f"{path}). Fix: write e.g. `{PARENT_KEY}: chain.yaml`, a path relative to {path.parent}, or drop it."
+        )
     parent_path = path.parent / parent
     if not parent_path.is_file():
         raise ValueError(

@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from grpo_hub.training.config_files import read_config
 from tests.conftest import REPO_ROOT, free_port
 from tests.training.distributed.launch import launch_env, run_isolated
@@ -29,6 +31,16 @@ def load_recipe():
 
 def parse(recipe, *argv):
     return recipe.make_parser(list(argv)).parse_args_and_config(list(argv))
+
+
+def one_line_error(recipe, capsys, *argv) -> str:
+    """The parser's answer to a bad input: exit status 2 and exactly one line on stderr, returned."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        parse(recipe, *argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    return err.rstrip("\n")
 
 
 def launch(tmp_path, *args, accelerate_config=None, timeout=600, env=None):

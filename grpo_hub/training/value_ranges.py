@@ -1,0 +1,192 @@
+"""The ranges of the numeric settings grpo_hub inherits (TRL's GRPOConfig and transformers' TrainingArguments,
+TRL's ModelConfig), checked on the values given, before any model or dataset is loaded.
+
+TRL, transformers, peft and torch refuse most of these values too, but later and in their own words: a traceback
+ending in "`max_new_tokens` must be greater than 0" for `max_completion_length=-5`, or a run that trains to the
+end on `beta=-1` (a negative KL weight rewards moving away from the reference). Each `Range` says what it allows
+and why, and its error names the field the user set. grpo_hub's own fields keep their checks in their feature rows
+(`grpo_hub.training.feature_checks`). The table is listed in docs/validation.md (tested).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import NamedTuple
+
+from grpo_hub.errors import field_error
+from grpo_hub.training.validation import conflict_error
+
+SEED_MAX = 2**32 - 1  # numpy's seed range, which transformers' set_seed feeds
+
+
+class Range(NamedTuple):
+    """`low <= value <= high` (`<` where `open_low` / `open_high`), or one of `also`; None (where the field
+    takes None) always passes."""
+
+    field: str
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+    also: tuple = ()
+    why: str = ""
+
+    def contains(self, value) -> bool:
+        if value in self.also:
+            return True
+        above = self.low is None or (value > self.low if self.open_low else value >= self.low)
+        below = self.high is None or (value < self.high if self.open_high else value <= self.high)
+        return above and below
+
+    def describe(self) -> str:
+        """'> 0', '>= 1', 'in (0, 1]', '>= 1 or -1'."""
+        if self.low is not None and self.high is not None:
+            text = (
+                f"in {'(' if self.open_low else '['}{self.low}, {self.high}{')' if self.open_high else ']'}"
+            )
+        elif self.low is not None:
+            text = f"{'>' if self.open_low else '>='} {self.low}"
+        else:
+            text = f"{'<' if self.open_high else '<='} {self.high}"
+        return text + "".join(f" or {value}" for value in self.also)
+
+    def example(self):
+        """A value inside the range, for the fix."""
+        if self.low is None:
+            return self.high
+        if self.high is not None and self.open_low:
+            return (self.low + self.high) / 2
+        return self.low + 1 if self.open_low else self.low
+
+
+def _count(name: str, low: int = 1, why: str = "") -> Range:
+    return Range(name, low, why=why)
+
+
+TRAINING_RANGES = (  # TrainingArguments
+    _count("per_device_train_batch_size"),
+    _count("per_device_eval_batch_size"),
+    _count("gradient_accumulation_steps"),
+    _count("eval_accumulation_steps"),
+    _count("save_total_limit", why="0 would delete every checkpoint; None keeps them all"),
+    _count("torch_empty_cache_steps"),
+    _count("dataloader_prefetch_factor"),
+    Range("dataloader_num_workers", 0),
+    Range("num_train_epochs", 0, open_low=True),
+    Range("max_steps", 1, also=(-1,), why="-1 trains num_train_epochs"),
+    Range("learning_rate", 0, why="a negative rate climbs the loss; 0 is the control run"),
+    Range("warmup_steps", 0),
+    Range("weight_decay", 0),
+    Range("adam_beta1", 0, 1, open_high=True),
+    Range("adam_beta2", 0, 1, open_high=True),
+    Range("adam_epsilon", 0, open_low=True),
+    Range("max_grad_norm", 0, why="0 turns clipping off"),
+    Range("logging_steps", 0, open_low=True),
+    Range("save_steps", 0, open_low=True),
+    Range("eval_steps", 0, open_low=True),
+    Range("eval_delay", 0),
+    Range("seed", 0, SEED_MAX, why="numpy's seed range"),
+    Range("data_seed", 0, SEED_MAX, why="numpy's seed range"),
+    Range("ddp_timeout", 0, open_low=True),
+)
+GENERATION_RANGES = (  # TRL's GRPOConfig
+    _count("num_generations", 2, why="GRPO compares the completions of a group"),
+    _count("num_generations_eval", 2, why="GRPO compares the completions of a group"),
+    _count("max_completion_length"),
+    _count("generation_batch_size"),
+    _count("steps_per_generation"),
+    _count("num_iterations"),
+    _count("ref_model_sync_steps"),
+    Range("num_completions_to_print", 0),
+    Range("max_tool_calling_iterations", 0),
+    Range("temperature", 0, open_low=True, why="TRL always samples, and sampling divides the logits by it"),
+    Range("top_p", 0, 1, open_low=True),
+    Range("top_k", 0, why="0 turns top-k off"),
+    Range("min_p", 0, 1),
+    Range("repetition_penalty", 0, open_low=True),
+    Range("beta", 0, why="a negative KL weight rewards moving away from the reference"),
+    Range("ref_model_mixup_alpha", 0, 1),
+    Range("top_entropy_quantile", 0, 1),
+    Range("vllm_importance_sampling_clip_max", 0, open_low=True),
+    Range("vllm_gpu_memory_utilization", 0, 1, open_low=True),
+    Range("vllm_server_port", 1, 65535),
+    Range("vllm_group_port", 1, 65535),
+    Range("vllm_server_timeout", 0, open_low=True),
+    Range("vllm_max_model_length", 1),
+    Range("vllm_tensor_parallel_size", 1),
+)
+CONFIG_RANGES = TRAINING_RANGES + GENERATION_RANGES
+MODEL_RANGES = (  # TRL's ModelConfig, read by the recipe
+    _count("lora_r"),
+    Range("lora_alpha", 0, open_low=True),
+    Range("lora_dropout", 0, 1, open_high=True),
+)
+
+
+def check_ranges(settings, ranges=CONFIG_RANGES) -> None:
+    """Raise the field error of the first number in `settings` outside its range (other types are left to the
+    type checks, None means off or default)."""
+    for rule in ranges:
+        value = getattr(settings, rule.field)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and not (math.isfinite(value) and rule.contains(value)):
+            why = f" ({rule.why})" if rule.why else ""
+            field_error(
+                rule.field,
+                f"must be {rule.describe()}{why}, got {value}.",
+                f"set {rule.field} {rule.describe()}, e.g. {rule.example()}.",
+            )
+
+
+def launched_processes() -> int:
+    """The number of training processes the launcher (accelerate, torchrun) announced; 1 without one."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def check_groups_fit(c, processes: int) -> None:
+    """Every generation batch holds whole groups of num_generations completions (TRL checks it after building the
+    batch sizes, naming `generation_batch_size` even where the user set only `per_device_train_batch_size`)."""
+    if c.generation_batch_size is not None and c.steps_per_generation is not None:
+        conflict_error(
+            "generation_batch_size",
+            "steps_per_generation",
+            "each one sets the other.",
+            "set only one of them.",
+        )
+    per_step = c.per_device_train_batch_size * processes
+    if c.generation_batch_size is not None:
+        batch, name = c.generation_batch_size, "generation_batch_size"
+        if batch % per_step:
+            field_error(
+                name,
+                f"{batch} is not a whole number of optimizer micro-batches of per_device_train_batch_size x "
+                f"{processes} process(es) = {per_step}.",
+                f"set generation_batch_size to a multiple of {math.lcm(per_step, c.num_generations)}.",
+            )
+    else:
+        steps = c.steps_per_generation or c.gradient_accumulation_steps
+        batch, name = per_step * steps, "per_device_train_batch_size"
+    if batch % c.num_generations:
+        unit = batch // c.per_device_train_batch_size  # processes x generation steps
+        fits = c.num_generations // math.gcd(c.num_generations, unit)
+        fix = (
+            f"set generation_batch_size to a multiple of {math.lcm(per_step, c.num_generations)}"
+            if name == "generation_batch_size"
+            else f"set per_device_train_batch_size to a multiple of {fits}"
+        )
+        field_error(
+            name,
+            f"a generation batch of {batch} completions does not split into groups of num_generations = "
+            f"{c.num_generations}.",
+            f"{fix}, or num_generations to a divisor of {batch}.",
+        )
+    if c.eval_strategy != "no":  # transformers turns do_eval on with it
+        groups = c.num_generations_eval or c.num_generations
+        eval_batch = c.per_device_eval_batch_size * processes
+        if eval_batch % groups:
+            field_error(
+                "per_device_eval_batch_size",
+                f"an evaluation batch of {eval_batch} completions does not split into groups of {groups}.",
+                f"set per_device_eval_batch_size to a multiple of {groups // math.gcd(groups, processes)}.",
+            )
