@@ -131,8 +131,27 @@ def render() -> str:
             'These keep TRL\'s meaning and add values or presets; `None` means "not set by the user" and is '
             "resolved when the config is built.\n",
             _table(GRPOHubConfig, redeclared_fields(GRPOHubConfig, trl.GRPOConfig)),
+            "## Ranges of the inherited settings\n",
+            _ranges_table(),
         ]
     )
+
+
+def _ranges_table() -> str:
+    """`grpo_hub.training.value_ranges`: what GRPOHubConfig (and the recipe, for ModelConfig) refuses, and why."""
+    from grpo_hub.training import value_ranges
+
+    rows = [
+        "GRPOHubConfig refuses these values of TRL's and transformers' fields when it is built (the recipe checks "
+        "ModelConfig's too), naming the field; None, where a field takes it, means off or TRL's default. "
+        "Source: `grpo_hub/training/value_ranges.py`.\n",
+        "| field | allowed | why |",
+        "|---|---|---|",
+    ]
+    for owner, table in (("", value_ranges.CONFIG_RANGES), (" (ModelConfig)", value_ranges.MODEL_RANGES)):
+        rows += [f"| `{r.field}`{owner} | {_cell(r.describe())} | {_cell(r.why)} |" for r in table]
+    rows += [f"| `{name}` | not empty | names a {what} |" for name, what in value_ranges.NON_EMPTY.items()]
+    return "\n".join(rows) + "\n"
 
 
 def render_compatibility() -> str:

@@ -158,7 +158,8 @@ def task_preset(task: str) -> Path:
 
 def fail(message: str):
     """Exit with argparse's status 2 after one line on stderr: no traceback, no usage screen (it lists every field)."""
-    sys.stderr.write(f"grpo.py: error: {message}\n")
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)  # a YAML key may hold a newline
+    sys.stderr.write(f"grpo.py: error: {line}\n")
     raise SystemExit(2)
 
 
@@ -264,6 +265,8 @@ class RecipeParser(TrlParser):
 def check_parsed(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args: ModelConfig) -> None:
     """What the values alone decide across the three dataclasses, before a model or dataset is loaded."""
     value_ranges.check_ranges(model_args, value_ranges.MODEL_RANGES)
+    for settings in (recipe_args, model_args):
+        value_ranges.check_non_empty(settings)
     rewards = len(get_reward_funcs(recipe_args.task))
     if training_args.reward_weights is not None and len(training_args.reward_weights) != rewards:
         field_error(

@@ -373,8 +373,9 @@ class GRPOHubConfig(GRPOConfig):
         resolve_and_validate.validate(self)
 
     def _check_values(self) -> None:
-        """Type and finiteness of every field declared here, no NaN in any float field (TRL's included), the
-        ranges of TRL's and transformers' numbers, and whole groups in every generation batch."""
+        """Type and finiteness of every field declared here, no NaN in any float field or list (TRL's included), the
+        ranges and forms of TRL's and transformers' settings (`value_ranges`), and whole groups in every generation
+        batch."""
         for name, annotation in inspect.get_annotations(GRPOHubConfig).items():
             check_type(name, getattr(self, name), annotation)
             check_finite(name, getattr(self, name))
@@ -382,11 +383,15 @@ class GRPOHubConfig(GRPOConfig):
             check_finite(name, getattr(self, name), off="None (TRL's default)")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, float) and math.isnan(value):
+            if any(
+                isinstance(v, float) and math.isnan(v)
+                for v in (value if isinstance(value, list) else [value])
+            ):
                 field_error(f.name, "is NaN, which passes every range check.", "give a number.")
-        value_ranges.check_ranges(
-            self
-        )  # TRL's and transformers' numbers, named as set (TRL's errors name others)
+        value_ranges.check_non_empty(self)
+        value_ranges.check_ranges(self)  # TRL's and transformers' numbers, named as set
+        value_ranges.check_pad_to_multiple_of(self.pad_to_multiple_of)
+        value_ranges.check_dict_settings(self)
         value_ranges.check_groups_fit(self, value_ranges.launched_processes())
 
     # --- what the resolved config changes in the trainer (asked of the feature rows) ---

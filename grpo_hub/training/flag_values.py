@@ -35,7 +35,11 @@ def admits(annotation, kind: type) -> bool:
         if origin is typing.Literal:
             if any(isinstance(choice, kind) for choice in typing.get_args(member)):
                 return True
-        elif isinstance(origin, type) and issubclass(origin, kind):
+        elif (
+            isinstance(origin, type)
+            and issubclass(origin, kind)
+            and not (origin is bool and kind is not bool)
+        ):
             return True
     return False
 
@@ -67,6 +71,8 @@ def _converted(action: argparse.Action, annotation, value):
             raise ValueError
         converted = value
     elif isinstance(value, str):
+        if action.type is str and action.nargs is None and not admits(annotation, str):  # a mapping-only field
+            raise ValueError
         converted = action.type(value) if action.type else value
     elif isinstance(value, int | float):
         if admits(annotation, type(value)) or (isinstance(value, int) and admits(annotation, float)):

@@ -10,9 +10,13 @@ and why, and its error names the field the user set. grpo_hub's own fields keep 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
 from typing import NamedTuple
+
+from transformers.trainer_pt_utils import AcceleratorConfig
 
 from grpo_hub.errors import field_error
 from grpo_hub.training.validation import conflict_error
@@ -117,6 +121,15 @@ GENERATION_RANGES = (  # TRL's GRPOConfig
     Range("vllm_tensor_parallel_size", 1),
 )
 CONFIG_RANGES = TRAINING_RANGES + GENERATION_RANGES
+NON_EMPTY = {  # string settings that name something: an empty one is a mistake (None is "unset")
+    "output_dir": "folder",
+    "resume_from_checkpoint": "checkpoint folder",
+    "hub_model_id": "repo id",
+    "vllm_server_base_url": "URL",
+    "vllm_server_sync_dir": "folder",
+    "model_name_or_path": "model id or folder",
+    "dataset_name": "dataset id or folder",
+}
 MODEL_RANGES = (  # TRL's ModelConfig, read by the recipe
     _count("lora_r"),
     Range("lora_alpha", 0, open_low=True),
@@ -137,6 +150,65 @@ def check_ranges(settings, ranges=CONFIG_RANGES) -> None:
                 f"must be {rule.describe()}{why}, got {value}.",
                 f"set {rule.field} {rule.describe()}, e.g. {rule.example()}.",
             )
+
+
+def check_non_empty(settings) -> None:
+    """Raise for an empty or blank string in a `NON_EMPTY` setting that `settings` has."""
+    for name, what in NON_EMPTY.items():
+        value = getattr(settings, name, None)
+        if isinstance(value, str) and not value.strip():
+            field_error(name, "is empty.", f"give a {what}, or leave {name} unset.")
+
+
+def check_pad_to_multiple_of(value) -> None:
+    """TRL's `pad_to_multiple_of`: 'auto', None ('none' / 'null' from the command line) or a positive integer (TRL
+    reads a string with int(), whose error names no field)."""
+    if value is None or value == "auto" or (isinstance(value, str) and value.lower() in ("none", "null")):
+        return
+    text = str(value)
+    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
+        field_error(
+            "pad_to_multiple_of",
+            f"must be 'auto', None or an integer >= 1, got {value!r}.",
+            "e.g. 8, or 'auto'.",
+        )
+
+
+FILE_SETTINGS = (
+    "accelerator_config",
+    "fsdp_config",
+    "deepspeed",
+)  # transformers reads a string as a JSON file
+
+
+def check_dict_settings(c) -> None:
+    """transformers' dict settings given as text (`_VALID_DICT_FIELDS`): a JSON object, or for `FILE_SETTINGS` the path
+    of an existing JSON file (transformers opens it later, and its OSError names no field)."""
+    for name in c._VALID_DICT_FIELDS:
+        value = getattr(c, name)
+        if isinstance(value, str) and value.startswith("{"):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as error:
+                field_error(
+                    name, f"is not valid JSON ({error}).", "write a JSON object, e.g. '{\"key\": 1}'."
+                )
+        if isinstance(value, dict) and name == "accelerator_config":
+            known = {f.name for f in dataclasses.fields(AcceleratorConfig)}
+            if set(value) - known:
+                field_error(
+                    name,
+                    f"has unknown keys {sorted(map(str, set(value) - known))}.",
+                    f"use keys of {sorted(known)}.",
+                )
+        if not isinstance(value, str):
+            continue
+        elif name not in FILE_SETTINGS:
+            field_error(
+                name, f"must be a mapping or a JSON object, got {value!r}.", "write e.g. '{\"key\": 1}'."
+            )
+        elif not os.path.isfile(value):
+            field_error(name, f"names no file: {value!r}.", "give the path of a JSON file, or a JSON object.")
 
 
 def launched_processes() -> int:

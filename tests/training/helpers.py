@@ -1,6 +1,8 @@
 """Scaffolding of the training wing's single-process tests: a run probed for its gradients and forwards, and the
 feature switches' configs the compatibility and equivalence tests build."""
 
+import math
+
 import torch
 from transformers import TrainerCallback
 
@@ -96,3 +98,134 @@ PACKABLE = sorted(
 ALL_NORMALISER = _with_filtering(
     {"zero_signal_normalizer": "all"}, ("filtering", "packing", "dynamic_sampling")
 )
+
+
+# At least one out-of-range or unsupported value for every field GRPOHubConfig declares, with the field its error
+# names (test_config.py checks the coverage; the recipe's bad-input suite feeds each one through the recipe).
+INVALID = [
+    ("loss_type", {"loss_type": "ppo"}),
+    ("num_generations", {"num_generations": 1}),  # TRL refuses it too, without naming the field
+    ("loss_type", {"loss_type": "ppo", "filter_zero_signal": True}),  # resolution leaves it to validation
+    ("importance_sampling_level", {"importance_sampling_level": "batch"}),
+    ("importance_sampling_level", {"loss_type": "gspo", "importance_sampling_level": "token"}),
+    ("importance_sampling_level", {"loss_type": "sapo", "importance_sampling_level": "turn"}),
+    ("zero_signal_eps", {"filter_zero_signal": True, "zero_signal_eps": -0.1}),
+    ("zero_signal_normalizer", {"filter_zero_signal": True, "zero_signal_normalizer": "some"}),
+    # zero-spread groups that still carry advantages (issue 25, defect 5): skipping them would change the gradient
+    ("filter_zero_signal", {"filter_zero_signal": True, "whiten_advantages": True}),
+    ("dynamic_sampling", {"dynamic_sampling": True, "adv_norm": "no_baseline"}),
+    ("selective_rollout", {"selective_rollout": True, "turn_advantages": "turn"}),
+    (
+        "multi_objective_aggregation",
+        {"filter_zero_signal": True, "multi_objective_aggregation": "normalize_then_sum"},
+    ),
+    ("epsilon", {"epsilon": -0.1}),
+    ("epsilon_high", {"epsilon_high": -0.2}),
+    ("epsilon", {"epsilon": 1.5}),
+    ("epsilon_high", {"loss_type": "cispo", "epsilon_high": 0.2}),
+    ("dual_clip_c", {"dual_clip_c": 0.9}),
+    ("dual_clip_c", {"dual_clip_c": 1.1}),
+    ("dual_clip_c", {"dual_clip_c": 3.0, "loss_type": "cispo"}),
+    ("dual_clip_c", {"dual_clip_c": 3.0, "delta": 4.0}),
+    ("loss_agg_mode", {"loss_agg_mode": "token-sum"}),
+    ("loss_agg_mode", {"loss_agg_mode": "token-mean", "loss_type": "bnpo"}),
+    ("loss_agg_mode", {"loss_agg_mode": "token-mean", "loss_type": "dr_grpo"}),
+    ("off_policy_mask_threshold", {"loss_agg_mode": "token-mean", "off_policy_mask_threshold": 0.5}),
+    ("top_entropy_quantile", {"importance_sampling_level": "turn", "top_entropy_quantile": 0.2}),
+    ("entropy_coef", {"loss_agg_mode": "seq-mean-token-mean", "entropy_coef": 0.01}),
+    ("reward_clip", {"reward_clip": 0.0}),
+    ("reward_norm", {"reward_norm": "group"}),
+    ("reward_shift", {"reward_shift": True}),
+    ("reward_scale", {"reward_scale": True}),
+    ("reward_shift", {"reward_norm": "batch", "reward_shift": True, "reward_scale": True}),
+    ("token_level_kl_coef", {"token_level_kl_coef": -0.01}),
+    ("adv_norm", {"adv_norm": "std"}),
+    ("adv_norm", {"adv_norm": "mean_std", "scale_rewards": "none"}),
+    ("adv_norm", {"adv_norm": "mean_only", "scale_rewards": "batch"}),
+    ("adv_clip_range", {"adv_clip_range": -1.0}),
+    (
+        "multi_objective_aggregation",
+        {"whiten_advantages": True, "multi_objective_aggregation": "normalize_then_sum"},
+    ),
+    # the refusal names the advantage edit that is set, not always whiten_advantages
+    ("adv_clip_range", {"adv_clip_range": 1.0, "multi_objective_aggregation": "normalize_then_sum"}),
+    ("entropy_coef", {"filter_zero_signal": True, "loss_type": "grpo", "entropy_coef": 0.01}),
+    # issue 25, defect 1: dynamic sampling implies filtering before the checks run, so it is refused alike
+    ("entropy_coef", {"dynamic_sampling": True, "loss_type": "grpo", "entropy_coef": 0.01}),
+    ("dynamic_sampling", {"dynamic_sampling": True, "loss_type": "grpo", "entropy_coef": 0.01}),
+    ("vllm_is_pooling", {"vllm_is_pooling": "max"}),
+    ("vllm_is_pooling", {"vllm_is_pooling": "mean"}),
+    (
+        "vllm_is_pooling",
+        {"vllm_is_pooling": "mean", "use_vllm": True, "vllm_importance_sampling_mode": "token_mask"},
+    ),
+    ("vllm_is_preset", {"vllm_is_preset": "verl", "use_vllm": True}),
+    (
+        "vllm_adapter_sync",
+        {"vllm_adapter_sync": True, "use_vllm": True, "vllm_mode": "server", "vllm_server_sync": "merged"},
+    ),
+    ("vllm_server_sync", {"use_vllm": True, "vllm_mode": "server", "vllm_server_sync": "tcp"}),
+    (
+        "vllm_adapter_sync",
+        {"vllm_adapter_sync": True, "use_vllm": True, "vllm_mode": "server", "vllm_server_sync": "nccl"},
+    ),
+    (
+        "max_staleness",
+        {"use_vllm": True, "vllm_mode": "server", "max_staleness": 1, "vllm_server_sync": "nccl"},
+    ),
+    ("vllm_server_sync", {"vllm_server_sync": "merged"}),  # colocate: no effect
+    ("vllm_server_sync_dir", {"vllm_server_sync_dir": "/tmp/sync"}),
+    ("max_staleness", {"use_vllm": True, "vllm_mode": "server", "max_staleness": -1}),
+    ("max_staleness", {"max_staleness": 1}),  # no server
+    (
+        "max_staleness",
+        {
+            "use_vllm": True,
+            "vllm_mode": "server",
+            "max_staleness": 1,
+            "vllm_importance_sampling_correction": False,
+        },
+    ),
+    (
+        "max_staleness",
+        {"use_vllm": True, "vllm_mode": "server", "max_staleness": 1, "selective_rollout": True},
+    ),
+    ("dynamic_sampling_max_rounds", {"dynamic_sampling": True, "dynamic_sampling_max_rounds": -1}),
+    ("dynamic_sampling_on_cap", {"dynamic_sampling": True, "dynamic_sampling_on_cap": "skip"}),
+    ("dynamic_sampling_target_groups", {"dynamic_sampling": True, "dynamic_sampling_target_groups": 0}),
+    ("turn_advantages", {"turn_advantages": "step"}),
+    ("whiten_advantages", {"turn_advantages": "turn", "whiten_advantages": True}),
+    ("ref_adapter_sync_on", {"ref_adapter_sync_on": "always", "beta": 0.1}),
+    ("ref_adapter_sync_on", {"ref_adapter_sync_on": "steps"}),  # beta = 0: no reference log-probs
+    ("ref_adapter_sync_on", {"ref_adapter_sync_on": "steps", "beta": 0.1, "sync_ref_model": True}),
+    ("ref_adapter_keep", {"ref_adapter_keep": True}),  # beta = 0
+    ("ref_adapter_sync_steps", {"ref_adapter_sync_on": "steps", "beta": 0.1, "ref_adapter_sync_steps": 0}),
+    (
+        "ref_adapter_mixup_alpha",
+        {"ref_adapter_sync_on": "steps", "beta": 0.1, "ref_adapter_mixup_alpha": 1.5},
+    ),
+    ("ref_adapter_save", {"ref_adapter_save": True}),  # beta = 0: there is no 'ref' adapter to keep
+    # NaN passes every `<` / `<=` range check (issue 15): each bound is checked for finiteness first.
+    ("reward_clip", {"reward_clip": math.nan}),
+    ("adv_clip_range", {"adv_clip_range": math.nan}),
+    ("dual_clip_c", {"dual_clip_c": math.nan}),
+    ("epsilon", {"epsilon": math.nan}),
+    ("delta", {"delta": math.nan}),
+    ("zero_signal_pack", {"zero_signal_pack": True, "filter_zero_signal": True, "loss_type": "bnpo"}),
+    ("reward_norm", {"selective_rollout": True, "reward_norm": "batch"}),
+    ("selective_rollout_id_column", {"selective_rollout_id_column": "id"}),  # feature off
+    (
+        "selective_rollout_target_zero_frac",
+        {"selective_rollout": True, "selective_rollout_target_zero_frac": 1.5},
+    ),
+    ("selective_rollout_explore_init", {"selective_rollout": True, "selective_rollout_explore_init": 0.99}),
+    ("selective_rollout_explore_step", {"selective_rollout": True, "selective_rollout_explore_step": -0.1}),
+    ("selective_rollout_min_keep_prob", {"selective_rollout": True, "selective_rollout_min_keep_prob": 0.0}),
+    ("selective_rollout_revisit_after", {"selective_rollout": True, "selective_rollout_revisit_after": 0}),
+    ("selective_rollout_revisit_after", {"selective_rollout": True, "selective_rollout_revisit_after": 1.5}),
+    (
+        "selective_rollout_reward_min",
+        {"selective_rollout": True, "selective_rollout_reward_min": 1.0, "selective_rollout_reward_max": 0.0},
+    ),
+    ("selective_rollout_reward_max", {"selective_rollout_reward_max": 1.0}),  # feature off
+]
