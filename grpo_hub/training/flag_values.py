@@ -71,7 +71,8 @@ def _converted(action: argparse.Action, annotation, value):
             raise ValueError
         converted = value
     elif isinstance(value, str):
-        if action.type is str and action.nargs is None and not admits(annotation, str):  # a mapping-only field
+        mapping_only = action.type is str and action.nargs is None and not admits(annotation, str)
+        if mapping_only:  # e.g. liger_kernel_config: no JSON text is read for it
             raise ValueError
         converted = action.type(value) if action.type else value
     elif isinstance(value, int | float):
