@@ -228,8 +228,8 @@ def chain_trainer(args, meter, lora, prompts: int, seed: int):
     return trainer
 
 
-def measure(cli) -> tuple[str, list[int], dict]:
-    """Run every configuration for every seed, interleaved; return (header, seeds, {name: [points per seed]})."""
+def measure(cli) -> tuple[dict, dict]:
+    """Run every configuration for every seed, interleaved; return (run record, {name: [points per seed]})."""
     os.sched_setaffinity(0, {cli.core})
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
@@ -259,30 +259,71 @@ def measure(cli) -> tuple[str, list[int], dict]:
                 f" -> {last['accuracy']['all']:.3f}, {last['generated_tokens']} tokens, {last['optimizer_steps']} steps",
                 flush=True,
             )
-    header = (
-        f"chain task ({RECIPE}), {cli.budget:.0f} s per run on one core (on both clocks), {cli.points} "
-        f"evaluations of {cli.per_level * len(chain.LEVELS)} held-out problems, seeds {seeds}; "
-        f"preset ({PRESET}) = {configs['preset']}"
+    return run_record(
+        cli.budget, cli.points, cli.per_level, seeds, {name: configs[name] for name in names}
+    ), results
+
+
+def run_record(budget: float, points: int, per_level: int, seeds: list[int], configs: dict) -> dict:
+    """What a stored run holds, named once: the testbed (recipe and its settings, budget, evaluations), the seeds,
+    and every configuration it ran with its settings over the recipe's (plain TRL: none; 'preset': read from
+    PRESET)."""
+    base, _ = recipe_settings(RECIPE)
+    return {
+        "recipe": RECIPE,
+        "recipe_settings": base,
+        "budget": budget,
+        "points": points,
+        "heldout_problems": per_level * len(chain.LEVELS),
+        "seeds": seeds,
+        "configs": {name: settings or {} for name, settings in configs.items()},
+        **({"preset_file": PRESET} if "preset" in configs else {}),
+    }
+
+
+def describe(record: dict) -> str:
+    """The report's first line: what was run."""
+    configs = "; ".join(f"{name} {settings or '(plain TRL)'}" for name, settings in record["configs"].items())
+    return (
+        f"chain task ({record['recipe']}), {record['budget']:.0f} s per run on one core (on both clocks), "
+        f"{record['points']} evaluations of {record['heldout_problems']} held-out problems, seeds {record['seeds']}; "
+        f"configurations: {configs}"
+        + (f" (preset: {record['preset_file']})" if "preset_file" in record else "")
     )
-    return header, seeds, results
 
 
-def merge(paths: list[str]) -> tuple[str, float, list[int], dict]:
-    """(header, budget, seeds, results) of several --json files of the same settings: their seeds side by side; a later file's
-    runs of a (configuration, seed) replace an earlier file's (e.g. a configuration re-run after a fix)."""
+def merge(paths: list[str]) -> tuple[dict, dict]:
+    """(run record, results) of several --json files of the same testbed: their seeds side by side; a later file's runs
+    of a (configuration, seed) replace an earlier file's (e.g. a configuration re-run after a fix). Files of another
+    testbed, or with another configuration under the same name, are refused in one line."""
     by_seed: dict[str, dict[int, list]] = {}
-    headers, budgets = [], set()
+    record = None
     for path in paths:
         part = json.loads(Path(path).read_text())
-        headers.append(part["header"])
-        budgets.add(part["budget"])
+        if "run" not in part:
+            raise SystemExit(
+                f"--merge: {path} has no run record (written by an older benchmark). Fix: re-run it."
+            )
+        this = part["run"]
+        if record is None:
+            record, first = {**this, "configs": dict(this["configs"])}, path
+        different = [k for k in record if k not in ("seeds", "configs") and record[k] != this.get(k)]
+        if different:
+            key = different[0]
+            raise SystemExit(
+                f"--merge: {path} has {key} {this.get(key)!r}, {first} {record[key]!r}: merge runs of one testbed"
+            )
+        for name, settings in this["configs"].items():
+            if record["configs"].setdefault(name, settings) != settings:
+                raise SystemExit(
+                    f"--merge: configuration {name!r} is {settings} in {path}, {record['configs'][name]} in an earlier "
+                    "file. Fix: rename one of them, or re-run it."
+                )
         for name, runs in part["points"].items():
-            by_seed.setdefault(name, {}).update(zip(part["seeds"], runs, strict=True))
-    if len(budgets) != 1:
-        raise SystemExit(f"--merge: the files have different budgets {sorted(budgets)}")
+            by_seed.setdefault(name, {}).update(zip(this["seeds"], runs, strict=True))
     results = {name: [runs[seed] for seed in sorted(runs)] for name, runs in by_seed.items()}
-    seeds = sorted({seed for runs in by_seed.values() for seed in runs})
-    return " + ".join(headers), budgets.pop(), seeds, results
+    record["seeds"] = sorted({seed for runs in by_seed.values() for seed in runs})
+    return record, results
 
 
 def main() -> None:
@@ -312,22 +353,21 @@ def main() -> None:
             f"--points must be a multiple of 4 (targets at 50 % and 75 % of the budget), got {cli.points}"
         )
     if cli.merge:
-        header, budget, seeds, results = merge(cli.merge)
+        record, results = merge(cli.merge)
     else:
-        header, seeds, results = measure(cli)
-        budget = cli.budget
+        record, results = measure(cli)
         if cli.json:  # every point, before the report
-            Path(cli.json).write_text(
-                json.dumps({"header": header, "budget": budget, "seeds": seeds, "points": results}, indent=1)
-            )
+            Path(cli.json).write_text(json.dumps({"run": record, "points": results}, indent=1))
     if "trl" not in results:
         raise SystemExit("no plain TRL runs to compare with: --merge a file that has them")
+    budget = record["budget"]
     summary = summarize(results, budget)
-    print_report(results, summary, header)
+    print_report(results, summary, describe(record))
     print_sensitivity(results, budget)
     if cli.merge and cli.json:
-        merged = {"header": header, "budget": budget, "seeds": seeds, "summary": summary, "points": results}
-        Path(cli.json).write_text(json.dumps(merged, indent=1))
+        Path(cli.json).write_text(
+            json.dumps({"run": record, "summary": summary, "points": results}, indent=1)
+        )
     if cli.plot:
         seeds_run = len(results["trl"])
         plot(

@@ -3,6 +3,7 @@ summary's ratios on both clocks against a naive computation, and a short run's e
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -155,24 +156,65 @@ def test_a_short_run_records_every_evaluation_point_and_the_work():
     assert len(recorded) >= 4 and any(2.0 <= t < 4.0 for t in gpu)
 
 
-def test_merge_puts_seeds_side_by_side_and_a_later_file_replaces_a_configurations_runs(tmp_path):
+def _stored(tmp_path, label, seeds, points_by_config, **changes) -> str:
+    """A --json file as the benchmark writes it: the run record of `seeds` and its configurations, and the points."""
     import json
 
-    def part(name, seeds, accuracies, header):
+    configs = {name: {} if name == "trl" else {"filter_zero_signal": True} for name in points_by_config}
+    record = {**tta.run_record(10.0, 4, 5, seeds, configs), **changes}
+    (tmp_path / f"{label}.json").write_text(json.dumps({"run": record, "points": points_by_config}))
+    return str(tmp_path / f"{label}.json")
+
+
+def test_merge_puts_seeds_side_by_side_and_a_later_file_replaces_a_configurations_runs(tmp_path):
+    def part(label, name, seeds, accuracies):
         runs = {"trl": [points([0.3, a]) for a in accuracies], "fast": [points([0.3, 0.1]) for _ in seeds]}
         runs = runs if name == "both" else {"fast": [points([0.3, a + 0.2]) for a in accuracies]}
-        (tmp_path / f"{header}.json").write_text(
-            json.dumps({"header": header, "budget": 10.0, "seeds": seeds, "points": runs})
-        )
-        return str(tmp_path / f"{header}.json")
+        return _stored(tmp_path, label, seeds, runs)
 
-    first = part("both", [0, 2], [0.4, 0.5], "a")
-    second = part("both", [1], [0.45], "b")
-    rerun = part("fast only", [2, 0, 1], [0.1, 0.2, 0.3], "c")
-    header, budget, seeds, results = tta.merge([first, second, rerun])
-    assert header == "a + b + c" and budget == 10.0 and seeds == [0, 1, 2]
+    first = part("a", "both", [0, 2], [0.4, 0.5])
+    second = part("b", "both", [1], [0.45])
+    rerun = part("c", "fast only", [2, 0, 1], [0.1, 0.2, 0.3])
+    record, results = tta.merge([first, second, rerun])
+    assert (
+        record["budget"] == 10.0
+        and record["seeds"] == [0, 1, 2]
+        and set(record["configs"]) == {"trl", "fast"}
+    )
     assert [runs[-1]["accuracy"]["all"] for runs in results["trl"]] == [0.4, 0.45, 0.5]
     assert [runs[-1]["accuracy"]["all"] for runs in results["fast"]] == pytest.approx([0.4, 0.5, 0.3])
+    assert "seeds [0, 1, 2]" in tta.describe(record) and tta.describe(record).count("seeds") == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"budget": 20.0}, "has budget 20.0"),
+        ({"recipe_settings": {"learning_rate": 1.0}}, "has recipe_settings"),
+        ({"configs": {"trl": {}, "fast": {"dynamic_sampling": True}}}, "configuration 'fast' is"),
+    ],
+)
+def test_merge_refuses_files_of_another_testbed_or_configuration_in_one_line(tmp_path, changes, message):
+    runs = {"trl": [points([0.3, 0.4])], "fast": [points([0.3, 0.4])]}
+    first, other = _stored(tmp_path, "a", [0], runs), _stored(tmp_path, "b", [1], runs, **changes)
+    with pytest.raises(SystemExit, match=message) as stop:
+        tta.merge([first, other])
+    assert "\n" not in str(stop.value.code)
+
+
+def test_the_stored_run_describes_itself():
+    """docs/time-to-accuracy.json names its seeds once, and each configuration it ran with its settings."""
+    import json
+
+    stored = json.loads((Path(tta.__file__).parent.parent / "docs" / "time-to-accuracy.json").read_text())
+    record = stored["run"]
+    assert (
+        set(record["configs"]) == set(stored["points"]) and "header" not in stored and "seeds" not in stored
+    )
+    assert all(len(runs) == len(record["seeds"]) for runs in stored["points"].values())
+    for name, settings in record["configs"].items():
+        assert settings == (tta.CONFIGS[name] or {}), name
+    assert record["recipe_settings"] == tta.recipe_settings(tta.RECIPE)[0]
 
 
 def test_a_run_is_sampled_at_the_cpu_grid_with_row_weighted_group_shares():
