@@ -39,12 +39,13 @@ import torch
 import yaml
 from accelerate import PartialState
 from accelerate.utils import is_peft_model
+from peft.utils.error import NoMatchingPeftModuleError
 from transformers import TrainerCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 from trl.models import unwrap_model_for_generation
 
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
-from grpo_hub.errors import field_error
+from grpo_hub.errors import field_error, field_message
 from grpo_hub.generation import server_process
 from grpo_hub.hub import HubPushCallback
 from grpo_hub.tasks import (
@@ -267,6 +268,8 @@ def check_parsed(recipe_args: RecipeArguments, training_args: GRPOHubConfig, mod
     value_ranges.check_ranges(model_args, value_ranges.MODEL_RANGES)
     for settings in (recipe_args, model_args):
         value_ranges.check_non_empty(settings)
+    value_ranges.check_model_source(model_args.model_name_or_path)
+    value_ranges.check_model_choices(model_args)
     rewards = len(get_reward_funcs(recipe_args.task))
     if training_args.reward_weights is not None and len(training_args.reward_weights) != rewards:
         field_error(
@@ -465,6 +468,14 @@ def train_and_report(
             train_dataset=dataset,
             peft_config=get_peft_config(model_args),
             callbacks=callbacks,
+        )
+    except NoMatchingPeftModuleError as error:  # the modules are known only once the model is loaded
+        fail(
+            field_message(
+                "lora_target_modules",
+                str(error).split(" Please")[0].rstrip(".") + ".",
+                "name modules of the model.",
+            )
         )
     except ValueError as error:
         if str(error).startswith("`"):  # grpo_hub's field error: "`field`: problem Fix: fix"

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from typing import NamedTuple
 
 from transformers.trainer_pt_utils import AcceleratorConfig
@@ -209,6 +210,42 @@ def check_dict_settings(c) -> None:
             )
         elif not os.path.isfile(value):
             field_error(name, f"names no file: {value!r}.", "give the path of a JSON file, or a JSON object.")
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9_][\w.-]*(/[\w.-]*[\w])?$")  # 'Qwen/Qwen2.5-0.5B'; a path starts otherwise
+
+
+def check_model_source(model: str | None) -> None:
+    """A `model_name_or_path` that cannot be a Hub id must be an existing folder (a typo in a path would otherwise
+    end in the Hub client's repo-id error)."""
+    if model is not None and not HUB_ID.match(model) and not os.path.isdir(os.path.expanduser(model)):
+        field_error(
+            "model_name_or_path",
+            f"{model!r} is no folder (and no Hub id).",
+            "give a model folder or a Hub id.",
+        )
+
+
+def check_model_choices(model_args) -> None:
+    """ModelConfig's text settings that peft and transformers read only once the model is loaded."""
+    from peft import TaskType
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    task_types = [t.value for t in TaskType]
+    if model_args.lora_task_type not in task_types:
+        field_error(
+            "lora_task_type",
+            f"{model_args.lora_task_type!r} is not a peft task type.",
+            f"use one of {task_types}.",
+        )
+    kernels = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
+    implementation = model_args.attn_implementation
+    if (
+        implementation is not None and implementation not in kernels and "/" not in implementation
+    ):  # a Hub kernel
+        field_error(
+            "attn_implementation", f"{implementation!r} is not an attention kernel.", f"use one of {kernels}."
+        )
 
 
 def launched_processes() -> int:

@@ -34,6 +34,12 @@ RANGES = value_ranges.CONFIG_RANGES + value_ranges.MODEL_RANGES + RECIPE_MODULE.
 DOC = RECIPE.parent.parent / "docs" / "validation.md"
 NO_YAML = object()
 ARGS_VALID_DICT_FIELDS = GRPOHubConfig._VALID_DICT_FIELDS
+# text settings with a closed set of values that argparse does not know (value_ranges.check_model_*)
+UNKNOWN_TEXT = {
+    "lora_task_type": "BOGUS",
+    "attn_implementation": "bogus",
+    "model_name_or_path": "./no/such/folder",
+}
 
 
 class Case(typing.NamedTuple):
@@ -100,6 +106,8 @@ def bad_values(name: str, action: argparse.Action, annotation) -> list[Case]:
         if rule.field == name:
             for value in _outside(rule, kind is int):
                 cases += [Case(name, f"outside {rule.describe()}", (flag, str(value)), value)]
+    if name in UNKNOWN_TEXT:
+        cases += [Case(name, "unknown value", (flag, UNKNOWN_TEXT[name]), UNKNOWN_TEXT[name])]
     if name in value_ranges.NON_EMPTY:
         cases += [Case(name, "empty", (flag, ""), "")]
     return cases
@@ -235,4 +243,21 @@ def test_the_script_itself_answers_one_line_and_writes_nothing(tmp_path, argv, y
     assert done.returncode == 2 and len(errors) == 1 and line in errors[0], done.stderr[-2000:]
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"] * (
         yaml_text is not None
+    )
+
+
+def test_target_modules_the_model_lacks_are_one_line_after_loading(capsys, tmp_path):
+    args = parse(RECIPE_MODULE, "--task", "digits", "--use_peft", "true", "--lora_target_modules", "nope",
+                 "--output_dir", str(tmp_path / "out"))  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        RECIPE_MODULE.main(*args)
+    errors = [
+        line
+        for line in capsys.readouterr().err.splitlines()
+        if "error" in line.lower() or "Traceback" in line
+    ]
+    assert stop.value.code == 2 and len(errors) == 1  # (after transformers' weight-loading bar)
+    assert errors[0].startswith("grpo.py: error: `lora_target_modules`: Target modules nope not found"), (
+        errors
     )
