@@ -97,7 +97,7 @@ TRAINING_RANGES = (  # TrainingArguments
 )
 GENERATION_RANGES = (  # TRL's GRPOConfig
     _count("num_generations", 2, why="GRPO compares the completions of a group"),
-    _count("num_generations_eval", 2, why="GRPO compares the completions of a group"),
+    _count("num_generations_eval", why="evaluation needs no group (TRL's own tests evaluate with 1)"),
     _count("max_completion_length"),
     _count("generation_batch_size"),
     _count("steps_per_generation"),
