@@ -175,11 +175,8 @@ def check_pad_to_multiple_of(value) -> None:
         )
 
 
-FILE_SETTINGS = (
-    "accelerator_config",
-    "fsdp_config",
-    "deepspeed",
-)  # transformers reads a string as a JSON file
+# transformers reads a string in these as the path of a JSON file
+FILE_SETTINGS = ("accelerator_config", "fsdp_config", "deepspeed")
 
 
 def check_dict_settings(c) -> None:
@@ -202,13 +199,11 @@ def check_dict_settings(c) -> None:
                     f"has unknown keys {sorted(map(str, set(value) - known))}.",
                     f"use keys of {sorted(known)}.",
                 )
-        if not isinstance(value, str):
-            continue
-        elif name not in FILE_SETTINGS:
+        if isinstance(value, str) and name not in FILE_SETTINGS:
             field_error(
                 name, f"must be a mapping or a JSON object, got {value!r}.", "write e.g. '{\"key\": 1}'."
             )
-        elif not os.path.isfile(value):
+        if isinstance(value, str) and not os.path.isfile(value):
             field_error(name, f"names no file: {value!r}.", "give the path of a JSON file, or a JSON object.")
 
 
@@ -240,9 +235,8 @@ def check_model_choices(model_args) -> None:
         )
     kernels = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
     implementation = model_args.attn_implementation
-    if (
-        implementation is not None and implementation not in kernels and "/" not in implementation
-    ):  # a Hub kernel
+    hub_kernel = isinstance(implementation, str) and "/" in implementation  # e.g. kernels-community/...
+    if implementation is not None and implementation not in kernels and not hub_kernel:
         field_error(
             "attn_implementation", f"{implementation!r} is not an attention kernel.", f"use one of {kernels}."
         )
@@ -255,7 +249,11 @@ def launched_processes() -> int:
 
 def check_groups_fit(c, processes: int) -> None:
     """Every generation batch holds whole groups of num_generations completions (TRL checks it after building the
-    batch sizes, naming `generation_batch_size` even where the user set only `per_device_train_batch_size`)."""
+    batch sizes, naming `generation_batch_size` even where the user set only `per_device_train_batch_size`).
+    Values of another type are left to TRL."""
+    sizes = (c.per_device_train_batch_size, c.gradient_accumulation_steps, c.num_generations)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in sizes):
+        return
     if c.generation_batch_size is not None and c.steps_per_generation is not None:
         conflict_error(
             "generation_batch_size",
