@@ -126,3 +126,15 @@ def test_the_meter_evaluates_past_each_mark_and_at_the_last_step_then_stops():
     for step in range(1, 6):  # max_steps ends the run before its last mark: evaluated there too
         meter.on_step_end(None, SimpleNamespace(global_step=step, max_steps=5), control)
     assert evaluated[2:] == [2, 5]
+
+
+def test_the_meter_never_overrides_the_trainers_stop_at_max_steps():
+    """transformers' flow callback asks to stop at max_steps before the meter runs: marks left over must not undo it
+    (they did: a 200-step job with marks in wall seconds trained on to the end of its data)."""
+    meter = awc.Meter(tokenizer=None, marks=[1000.0], unit="seconds", per_level=1)
+    evaluated = []
+    meter._evaluate = lambda model, step: evaluated.append(step)
+    meter.elapsed = lambda: 1.0
+    control = SimpleNamespace(should_training_stop=True)  # set by the flow callback at step == max_steps
+    meter.on_step_end(None, SimpleNamespace(global_step=5, max_steps=5), control)
+    assert control.should_training_stop and evaluated == [5]
