@@ -107,7 +107,7 @@ GENERATION_RANGES = (  # TRL's GRPOConfig
     Range("max_tool_calling_iterations", 0),
     Range("temperature", 0, open_low=True, why="TRL always samples, and sampling divides the logits by it"),
     Range("top_p", 0, 1, open_low=True),
-    Range("top_k", 0, why="0 turns top-k off"),
+    Range("top_k", 0, also=(-1,), why="0, and vLLM's -1, turn top-k off"),
     Range("min_p", 0, 1),
     Range("repetition_penalty", 0, open_low=True),
     Range("beta", 0, why="a negative KL weight rewards moving away from the reference"),

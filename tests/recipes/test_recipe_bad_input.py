@@ -50,14 +50,16 @@ class Case(typing.NamedTuple):
 
 
 def _outside(rule: value_ranges.Range, integer: bool) -> list:
-    """Values just outside the range (an open bound itself is outside)."""
+    """Values just outside the range (an open bound itself is outside), past the special values it also takes."""
     step = 1 if integer else 0.5
     values = []
     if rule.low is not None:
-        values.append(rule.low if rule.open_low else rule.low - step)
+        value = rule.low if rule.open_low else rule.low - step
+        values.append(value - step if value in rule.also else value)
     if rule.high is not None:
-        values.append(rule.high if rule.open_high else rule.high + step)
-    return [v for v in values if v not in rule.also]
+        value = rule.high if rule.open_high else rule.high + step
+        values.append(value + step if value in rule.also else value)
+    return [v for v in values if not rule.contains(v)]
 
 
 def bad_values(name: str, action: argparse.Action, annotation) -> list[Case]:
