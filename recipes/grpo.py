@@ -193,9 +193,8 @@ def requested_task(argv: list[str]) -> str:
     if known.task:
         return known.task
     task = read_config(known.config).get("task") if known.config else None
-    return (
-        task if isinstance(task, str) and task in TASKS else DEFAULT_TASK
-    )  # a bad one is refused when parsed
+    known_task = isinstance(task, str) and task in TASKS  # an unknown one is refused when the YAML is parsed
+    return task if known_task else DEFAULT_TASK
 
 
 class RecipeParser(TrlParser):
@@ -224,19 +223,16 @@ class RecipeParser(TrlParser):
                 fail(unknown_name("flag", flag, flags))
         if "--config" in args:  # read here (TrlParser would not follow `base:`), then parsed as TRL does
             at = args.index("--config")
-            path = (
-                args[at + 1]
-                if at + 1 < len(args)
-                else fail("--config needs a YAML file. Fix: --config PATH.")
-            )
-            self.set_defaults_with_config(**self.yaml_settings(path))
+            if at + 1 == len(args):
+                fail("--config needs a YAML file. Fix: --config PATH.")
+            self.set_defaults_with_config(**self.yaml_settings(args[at + 1]))
             args = args[:at] + args[at + 2 :]
         try:
             parsed = super().parse_args_and_config(args, **kwargs)
             check_parsed(*parsed)
         except (
             ValueError
-        ) as error:  # a value a dataclass or check_parsed refuses: the message names the field
+        ) as error:  # a value a dataclass or check_parsed refuses; the message names the field
             fail(" ".join(str(error).split()))
         return parsed
 
@@ -250,7 +246,7 @@ class RecipeParser(TrlParser):
         env = config.pop("env", {})
         if not isinstance(env, dict):
             fail(
-                f"`env`: in --config {path} must map variable names to values, got {env!r}. Fix: env: {{NAME: value}}."
+                f"`env`: must map variable names to values, got {env!r} (in --config {path}). Fix: env: {{NAME: 1}}."
             )
         try:
             settings = {
