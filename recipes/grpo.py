@@ -243,7 +243,7 @@ class RecipeParser(TrlParser):
         for key in config:
             if key != "env" and key not in actions:
                 fail(f"{unknown_name('key', str(key), sorted(actions))} in --config {path}")
-        env = config.pop("env", {})
+        env = config.pop("env", None) or {}
         if not isinstance(env, dict):
             fail(
                 f"`env`: must map variable names to values, got {env!r} (in --config {path}). Fix: env: {{NAME: 1}}."
