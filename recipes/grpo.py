@@ -243,7 +243,8 @@ class RecipeParser(TrlParser):
         for key in config:
             if key != "env" and key not in actions:
                 fail(f"{unknown_name('key', str(key), sorted(actions))} in --config {path}")
-        env = config.pop("env", None) or {}
+        env = config.pop("env", None)
+        env = {} if env is None else env
         if not isinstance(env, dict):
             fail(
                 f"`env`: must map variable names to values, got {env!r} (in --config {path}). Fix: env: {{NAME: 1}}."
