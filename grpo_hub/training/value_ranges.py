@@ -5,7 +5,8 @@ TRL, transformers, peft and torch refuse most of these values too, but later and
 ending in "`max_new_tokens` must be greater than 0" for `max_completion_length=-5`, or a run that trains to the
 end on `beta=-1` (a negative KL weight rewards moving away from the reference). Each `Range` says what it allows
 and why, and its error names the field the user set. grpo_hub's own fields keep their checks in their feature rows
-(`grpo_hub.training.feature_checks`). The table is listed in docs/validation.md (tested).
+(`grpo_hub.training.feature_checks`), the IS bounds theirs (`vllm_checks.check_is_bounds`). The table is generated
+into docs/config-reference.md (`docs/gen_config_reference.py`, tested current).
 """
 
 from __future__ import annotations
@@ -113,7 +114,6 @@ GENERATION_RANGES = (  # TRL's GRPOConfig
     Range("beta", 0, why="a negative KL weight rewards moving away from the reference"),
     Range("ref_model_mixup_alpha", 0, 1),
     Range("top_entropy_quantile", 0, 1),
-    Range("vllm_importance_sampling_clip_max", 0, open_low=True),
     Range("vllm_gpu_memory_utilization", 0, 1, open_low=True),
     Range("vllm_server_port", 1, 65535),
     Range("vllm_group_port", 1, 65535),
@@ -264,24 +264,20 @@ def check_groups_fit(c, processes: int) -> None:
     per_step = c.per_device_train_batch_size * processes
     if c.generation_batch_size is not None:
         batch, name = c.generation_batch_size, "generation_batch_size"
+        fix = f"set generation_batch_size to a multiple of {math.lcm(per_step, c.num_generations)}"
         if batch % per_step:
             field_error(
                 name,
                 f"{batch} is not a whole number of optimizer micro-batches of per_device_train_batch_size x "
                 f"{processes} process(es) = {per_step}.",
-                f"set generation_batch_size to a multiple of {math.lcm(per_step, c.num_generations)}.",
+                f"{fix}.",
             )
     else:
-        steps = c.steps_per_generation or c.gradient_accumulation_steps
-        batch, name = per_step * steps, "per_device_train_batch_size"
-    if batch % c.num_generations:
-        unit = batch // c.per_device_train_batch_size  # processes x generation steps
+        unit = processes * (c.steps_per_generation or c.gradient_accumulation_steps)
+        batch, name = c.per_device_train_batch_size * unit, "per_device_train_batch_size"
         fits = c.num_generations // math.gcd(c.num_generations, unit)
-        fix = (
-            f"set generation_batch_size to a multiple of {math.lcm(per_step, c.num_generations)}"
-            if name == "generation_batch_size"
-            else f"set per_device_train_batch_size to a multiple of {fits}"
-        )
+        fix = f"set per_device_train_batch_size to a multiple of {fits}"
+    if batch % c.num_generations:
         field_error(
             name,
             f"a generation batch of {batch} completions does not split into groups of num_generations = "

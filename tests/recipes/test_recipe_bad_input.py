@@ -40,6 +40,8 @@ UNKNOWN_TEXT = {
     "attn_implementation": "bogus",
     "model_name_or_path": "./no/such/folder",
 }
+# bounds whose owner is not value_ranges (vllm_checks.check_is_bounds: an IS bound is > 0)
+OUTSIDE_ELSEWHERE = {"vllm_importance_sampling_clip_min": 0, "vllm_importance_sampling_clip_max": 0}
 
 
 class Case(typing.NamedTuple):
@@ -108,6 +110,9 @@ def bad_values(name: str, action: argparse.Action, annotation) -> list[Case]:
         if rule.field == name:
             for value in _outside(rule, kind is int):
                 cases += [Case(name, f"outside {rule.describe()}", (flag, str(value)), value)]
+    if name in OUTSIDE_ELSEWHERE:
+        value = OUTSIDE_ELSEWHERE[name]
+        cases += [Case(name, "outside > 0", (flag, str(value)), value)]
     if name in UNKNOWN_TEXT:
         cases += [Case(name, "unknown value", (flag, UNKNOWN_TEXT[name]), UNKNOWN_TEXT[name])]
     if name in value_ranges.NON_EMPTY:
