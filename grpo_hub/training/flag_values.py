@@ -11,26 +11,19 @@ from __future__ import annotations
 
 import argparse
 import re
-import types
 import typing
 
 from grpo_hub.errors import field_message
+from grpo_hub.training.validation import union_members
 
 ARGPARSE_ERROR = re.compile(r"^argument (--[\w-]+)(?:/--[\w-]+)*: (.*)$", re.DOTALL)
 TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 PLURALS = {int: "integers", float: "numbers", str: "strings", bool: "true/false values"}
 
 
-def _members(annotation) -> tuple:
-    """`int | None` -> (int, NoneType); `list[str]` -> (list[str],); Literal and Enum types stay as they are."""
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        return typing.get_args(annotation)
-    return (annotation,)
-
-
 def admits(annotation, kind: type) -> bool:
     """Whether a field annotated `annotation` takes a value of Python type `kind` (None, dict, list, bool)."""
-    for member in _members(annotation):
+    for member in union_members(annotation):
         origin = typing.get_origin(member) or member
         if origin is typing.Literal:
             if any(isinstance(choice, kind) for choice in typing.get_args(member)):
@@ -46,7 +39,7 @@ def admits(annotation, kind: type) -> bool:
 
 def element(annotation):
     """The annotation of one item of a list field (`list[float] | None` -> `float`), else `annotation`."""
-    for member in _members(annotation):
+    for member in union_members(annotation):
         if typing.get_origin(member) is list:
             return typing.get_args(member)[0]
     return annotation

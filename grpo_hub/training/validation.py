@@ -11,13 +11,16 @@ from collections.abc import Callable, Mapping
 from grpo_hub.errors import field_error
 
 
+def union_members(annotation) -> tuple:
+    """`int | None` -> (int, NoneType); any other annotation -> (annotation,)."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
 def _allowed_types(annotation) -> tuple[type, ...]:
     """`float | None` -> (float, int, NoneType): an int is a valid float (as for TrlParser), a bool is neither."""
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        members = typing.get_args(annotation)
-    else:
-        members = (annotation,)
-    allowed = tuple(m for m in members if isinstance(m, type))
+    allowed = tuple(m for m in union_members(annotation) if isinstance(m, type))
     return (*allowed, int) if float in allowed else allowed
 
 
