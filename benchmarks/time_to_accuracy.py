@@ -306,13 +306,12 @@ def merge(paths: list[str]) -> tuple[dict, dict]:
             )
         this = part["run"]
         if record is None:
-            record, first = {**this, "configs": dict(this["configs"])}, path
-        different = [k for k in record if k not in ("seeds", "configs") and record[k] != this.get(k)]
-        if different:
-            key = different[0]
-            raise SystemExit(
-                f"--merge: {path} has {key} {this.get(key)!r}, {first} {record[key]!r}: merge runs of one testbed"
-            )
+            record, first = {"configs": {}}, path
+        for key, value in this.items():  # the testbed; 'preset_file' only in the files that ran the preset
+            if key not in ("seeds", "configs") and record.setdefault(key, value) != value:
+                raise SystemExit(
+                    f"--merge: {path} has {key} {value!r}, {first} {record[key]!r}: merge runs of one testbed"
+                )
         for name, settings in this["configs"].items():
             if record["configs"].setdefault(name, settings) != settings:
                 raise SystemExit(

@@ -186,6 +186,15 @@ def test_merge_puts_seeds_side_by_side_and_a_later_file_replaces_a_configuration
     assert "seeds [0, 1, 2]" in tta.describe(record) and tta.describe(record).count("seeds") == 1
 
 
+def test_merge_keeps_the_preset_file_of_the_files_that_ran_it(tmp_path):
+    runs = {"trl": [points([0.3, 0.4])]}
+    plain = _stored(tmp_path, "a", [0], runs)
+    with_preset = _stored(tmp_path, "b", [1], {**runs, "preset": [points([0.3, 0.5])]})
+    for order in ([plain, with_preset], [with_preset, plain]):
+        record, _ = tta.merge(order)
+        assert record["preset_file"] == tta.PRESET and set(record["configs"]) == {"trl", "preset"}
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
