@@ -191,9 +191,8 @@ class Meter(TrainerCallback):
             self.marks.pop(0)
         if crossed or state.global_step >= state.max_steps:
             self._evaluate(model, state.global_step)
-        control.should_training_stop = (
-            control.should_training_stop or not self.marks
-        )  # max_steps stops it too
+        # the trainer's own stop (max_steps) stands; the meter only adds its own, past the last mark
+        control.should_training_stop = control.should_training_stop or not self.marks
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if "async/staleness" in (logs or {}):
