@@ -192,9 +192,17 @@ class GRPOHubConfig(GRPOConfig):
         metadata={
             "help": "GRESO pre-rollout filtering: before a generation batch is generated, skip each prompt whose last "
             "z scorings were all zero-signal of one kind (all-max or all-min reward) with probability "
-            "1 - max(p_kind^z, selective_rollout_min_keep_prob), and replace it with the next prompts of the epoch, "
-            "so the batch keeps its size. p_kind adapts toward selective_rollout_target_zero_frac. See "
-            "docs/selective-rollout.md."
+            "1 - max(p_kind^z, selective_rollout_min_keep_prob); selective_rollout_mode says what takes its place. "
+            "p_kind adapts toward selective_rollout_target_zero_frac. See docs/selective-rollout.md."
+        },
+    )
+    selective_rollout_mode: str = field(
+        default="replace",
+        metadata={
+            "help": "What takes a skipped prompt's place: 'replace' (the next prompts of the epoch, so the batch keeps "
+            "its size and generates as many tokens as TRL's; an epoch takes fewer steps) or 'shrink' (nothing: the "
+            "step generates only the kept groups, rounded up so the ranks and micro-steps split them evenly, GRESO's "
+            "rollout saving; an epoch keeps its step count, and the loss averages over the rows generated)."
         },
     )
     selective_rollout_id_column: str | None = field(

@@ -139,7 +139,7 @@ class DynamicSampler:
         while True:
             output, zero = self.score_round(inputs)
             outputs.append(output)
-            local_rows.append(len(inputs))
+            local_rows.append(len(output["advantages"]))  # this rank's rows scored (shrunk: fewer)
             informative.append(informative_groups(zero, self.group_size))
             found = int(sum(int(groups.sum()) for groups in informative))
             if found >= self.target or len(outputs) > self.max_rounds:

@@ -14,6 +14,7 @@ from grpo_hub.training.vllm_checks import check_sampler_matches_trainer
 
 ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
 DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
+SELECTIVE_ROLLOUT_MODES = ("replace", "shrink")
 
 
 def check_loss_type(c) -> None:
@@ -96,6 +97,7 @@ def check_dynamic_sampling(c) -> None:
 
 
 def check_selective_rollout(c) -> None:
+    check_choice("selective_rollout_mode", c.selective_rollout_mode, SELECTIVE_ROLLOUT_MODES)
     ranges = {
         "selective_rollout_target_zero_frac": (0.0, 1.0),
         "selective_rollout_explore_init": (selection.EXPLORE_LOW, selection.EXPLORE_HIGH),

@@ -227,6 +227,7 @@ FEATURES = (
                 tuple(
                     f"selective_rollout_{name}"
                     for name in (
+                        "mode",
                         "id_column",
                         "target_zero_frac",
                         "explore_init",
@@ -241,6 +242,15 @@ FEATURES = (
                 lambda c: c.selective_rollout,
             ),
         ),
+        page="selective-rollout.md",
+    ),
+    Feature(
+        "selective_shrink",
+        "selective_rollout_mode",
+        lambda c: c.selective_rollout and c.selective_rollout_mode == "shrink",
+        {"selective_rollout": True, "selective_rollout_mode": "shrink"},
+        (ROWS, GENERATION, LOSS),  # fewer groups generated and trained; the loss averages over them
+        {},
         page="selective-rollout.md",
     ),
     Feature(

@@ -8,13 +8,16 @@ The rule and its source are in `grpo_hub.algos.selection`. This module is the tr
 - `SelectiveRollout.select(inputs)`: gathers the generation batch of every rank (TRL's RepeatSampler puts each
   prompt `num_generations` times in a row; rank k holds rows [k·n, (k+1)·n)), decides per group with the shared
   generator (seeded from `args.seed`; every rank holds the same history and draws the same numbers, so every
-  rank takes the same decisions), and replaces skipped groups with the next groups of the epoch, read through
-  the `GenerationBatchStream` (one period per generation batch, see `grpo_hub.training.batch_stream`). It
-  returns this rank's slice of exactly as many groups as it was given, so TRL's per-rank row counts do not
-  change. Groups of the last batch read that were not needed are carried over and come first in the next
-  selection, so every prompt is still considered once per pass over the data. When the epoch runs out, the
-  shortfall is filled with the groups it skipped, in order: the step trains on the prompts there are, and its
-  size never changes.
+  rank takes the same decisions). What takes a skipped group's place is `selective_rollout_mode`:
+  - "replace": the next groups of the epoch, read through the `GenerationBatchStream` (one period per generation
+    batch, see `grpo_hub.training.batch_stream`). It returns this rank's slice of exactly as many groups as it was
+    given, so TRL's per-rank row counts do not change. Groups of the last batch read that were not needed are
+    carried over and come first in the next selection, so every prompt is still considered once per pass over the
+    data. When the epoch runs out, the shortfall is filled with the groups it skipped, in order: the step trains
+    on the prompts there are, and its size never changes.
+  - "shrink": nothing. The batch is the kept groups, topped up with skipped ones (in order) to the smallest count
+    that every rank and every micro-step of the generation batch split evenly (`shrunk_group_count`), so the step
+    generates fewer rows (GRESO's rollout saving) and the epoch keeps its step count.
 - `SelectiveRollout.record(rewards)`: the gathered rewards of the groups just scored update the history and
   the exploration probabilities (once per scored generation batch, also per dynamic-sampling round).
 - `SelectiveRolloutCallback`: writes the state (history, exploration probabilities, generator state, observed
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections import deque
 
@@ -64,6 +68,14 @@ def signature_columns(columns: list[str], id_column: str | None) -> list[str]:
     return columns if id_column is None or id_column in columns else [*columns, id_column]
 
 
+def shrunk_group_count(kept: int, total: int, group_size: int, row_multiple: int) -> int:
+    """Groups a shrunk batch generates: `kept` rounded up to the smallest count > 0 whose rows are a multiple of
+    `row_multiple` (ranks x micro-steps per generation batch, so each rank's share splits evenly), at most `total`
+    (the batch as given, which splits evenly by construction)."""
+    unit = row_multiple // math.gcd(row_multiple, group_size)
+    return min(total, max(unit, -(-kept // unit) * unit))
+
+
 def _groups(rows: list, group_size: int) -> list[list]:
     return [rows[i : i + group_size] for i in range(0, len(rows), group_size)]
 
@@ -72,16 +84,19 @@ class SelectiveRollout:
     """Skip decisions before generation, history updates after scoring (see the module docstring).
 
     Narrow inputs from the trainer: `stream` (a `GenerationBatchStream`), `gather_objects` (list of this rank ->
-    lists of all ranks concatenated), `gather` (tensor all-gather), this `rank`, and the train `metrics` dict.
+    lists of all ranks concatenated), `gather` (tensor all-gather), this `rank`, `row_multiple` (processes x
+    micro-steps per generation batch) and the train `metrics` dict.
     """
 
     def __init__(
-        self, *, stream, gather_objects, gather, rank: int, group_size: int, id_column: str | None,
+        self, *, stream, gather_objects, gather, rank: int, group_size: int, id_column: str | None, mode: str,
+        row_multiple: int,
         explore_init: float, target: float, step: float, min_keep: float, revisit_after: int | None, eps: float,
         reward_min: float | None, reward_max: float | None, seed: int, metrics,
     ):  # fmt: skip
         self.stream, self.gather_objects, self.gather, self.metrics = stream, gather_objects, gather, metrics
         self.rank, self.group_size, self.id_column = rank, group_size, id_column
+        self.mode, self.row_multiple = mode, row_multiple
         self.target, self.step, self.min_keep, self.eps = target, step, min_keep, eps
         self.revisit_after = revisit_after
         self.reward_bounds = (reward_min, reward_max)
@@ -95,10 +110,12 @@ class SelectiveRollout:
         self.decisions = deque(maxlen=DECISIONS_KEPT)  # recent (prompt id, skipped), for inspection
 
     @classmethod
-    def from_config(cls, args, **wiring) -> SelectiveRollout:
+    def from_config(cls, args, *, num_processes: int, **wiring) -> SelectiveRollout:
         """A selector with the `selective_rollout_*` fields of `args` (a GRPOHubConfig) and the trainer's `wiring`."""
         return cls(
             id_column=args.selective_rollout_id_column,
+            mode=args.selective_rollout_mode,
+            row_multiple=num_processes * args.steps_per_generation,
             explore_init=args.selective_rollout_explore_init,
             target=args.selective_rollout_target_zero_frac,
             step=args.selective_rollout_explore_step,
@@ -135,7 +152,7 @@ class SelectiveRollout:
                 skip = bool(draws[j] < probs[j])
                 self.decisions.append((ids[j], skip))
                 (skipped if skip else kept).append((ids[j], int(kinds[j]), group))
-            if len(kept) == wanted:
+            if len(kept) == wanted or self.mode == "shrink":
                 break
             more = self._next_inputs()
             if more is None:
@@ -143,13 +160,15 @@ class SelectiveRollout:
                 break
             batches_read += 1
             candidates = _groups(self.gather_objects(list(more)), self.group_size)
+        if self.mode == "shrink":
+            wanted = shrunk_group_count(len(kept), wanted, self.group_size, self.row_multiple)
         filled, skipped = skipped[: wanted - len(kept)], skipped[wanted - len(kept) :]
         kept += filled
         self.history.mark_skipped([prompt for prompt, _, _ in skipped])
         self._scoring = [prompt for prompt, _, _ in kept]
         self._log_selection(skipped, batches_read, exhausted)
         flat = [row for _, _, group in kept for row in group]
-        share = len(inputs)
+        share = len(flat) * len(inputs) // len(rows)  # this rank's share of the kept rows
         return flat[self.rank * share : (self.rank + 1) * share]
 
     def record(self, rewards: torch.Tensor) -> None:
@@ -187,6 +206,7 @@ class SelectiveRollout:
             metrics[f"selective_rollout/skipped_{name}"].append(float(sum(k == kind for _, k, _ in skipped)))
             metrics[f"selective_rollout/explore_{name}"].append(self.explore[kind])
         metrics["selective_rollout/rows_saved"].append(float(len(skipped) * self.group_size))
+        metrics["selective_rollout/groups_generated"].append(float(len(self._scoring)))
         metrics["selective_rollout/batches_read"].append(float(batches_read))
         metrics["selective_rollout/data_exhausted"].append(float(exhausted))
 

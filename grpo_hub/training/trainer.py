@@ -201,6 +201,7 @@ class GRPOHubTrainer(GRPOTrainer):
             gather_objects=gather_object,
             gather=self._gather,
             rank=self.accelerator.process_index,
+            num_processes=self.accelerator.num_processes,
             group_size=self.num_generations,
             metrics=self._metrics["train"],
         )
@@ -289,8 +290,8 @@ class GRPOHubTrainer(GRPOTrainer):
         else:
             output, zero = self._score_round(inputs)
             if self.model.training and self.args.filter_zero_signal:  # dropped after TRL's shuffle and split
-                rank = self.accelerator.process_index
-                output[filtering.SIGNAL_ROWS] = ~zero[rank * len(inputs) : (rank + 1) * len(inputs)]
+                rank, rows = self.accelerator.process_index, len(output["advantages"])  # shrunk: fewer
+                output[filtering.SIGNAL_ROWS] = ~zero[rank * rows : (rank + 1) * rows]
         if self.model.training and self._selector is not None:
             self._selector.end_step()  # GRESO adapts its exploration once per optimizer step
         return output

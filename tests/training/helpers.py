@@ -192,6 +192,8 @@ INVALID = [
     ),
     ("dynamic_sampling_max_rounds", {"dynamic_sampling": True, "dynamic_sampling_max_rounds": -1}),
     ("dynamic_sampling_on_cap", {"dynamic_sampling": True, "dynamic_sampling_on_cap": "skip"}),
+    ("selective_rollout_mode", {"selective_rollout": True, "selective_rollout_mode": "drop"}),
+    ("selective_rollout_mode", {"selective_rollout_mode": "shrink"}),  # no effect without selective_rollout
     ("dynamic_sampling_target_groups", {"dynamic_sampling": True, "dynamic_sampling_target_groups": 0}),
     ("turn_advantages", {"turn_advantages": "step"}),
     ("whiten_advantages", {"turn_advantages": "turn", "whiten_advantages": True}),

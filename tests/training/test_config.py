@@ -192,6 +192,7 @@ EFFECTIVE = {
     "ref_adapter_mixup_alpha": (0.5, {"ref_adapter_sync_on": "epoch", "beta": 0.1}),
     "ref_adapter_save": (True, {"beta": 0.1}),
     "zero_signal_pack": (False, {"filter_zero_signal": True}),
+    "selective_rollout_mode": ("shrink", {"selective_rollout": True}),
     "selective_rollout_id_column": ("id", {"selective_rollout": True}),
     "selective_rollout_target_zero_frac": (0.5, {"selective_rollout": True}),
     "selective_rollout_explore_init": (0.7, {"selective_rollout": True}),

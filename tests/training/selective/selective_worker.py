@@ -1,4 +1,4 @@
-"""Worker for the 2-rank selective-rollout test: GRPOHubTrainer with selective rollout and dynamic sampling.
+"""Worker for the 2-rank selective-rollout test: GRPOHubTrainer with selective rollout (--mode) and dynamic sampling.
 
 Launched by tests/training/distributed/launch.py under accelerate's cpu-ddp.yaml (2 gloo ranks). Prompt texts repeat
 every 20 rows of the graded task, so the history predicts zero-signal prompts within the first epoch. Each rank
@@ -27,6 +27,7 @@ ROWS_PER_RANK = 6  # 3 groups per generation batch, split 6 + 6 rows: the middle
 
 def main() -> None:
     parser = single_run_parser(__doc__, max_steps=4)
+    parser.add_argument("--mode", default="replace", help="selective_rollout_mode")
     args = parser.parse_args()
     config = single_run_config(
         args,
@@ -34,6 +35,7 @@ def main() -> None:
         num_generations=NUM_GENERATIONS,
         dynamic_sampling=True,
         selective_rollout=True,
+        selective_rollout_mode=args.mode,
     )
     scored: list[int] = []
 

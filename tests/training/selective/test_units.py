@@ -6,21 +6,28 @@ import torch
 
 from grpo_hub.algos.advantages import ALL_MIN
 from grpo_hub.training.dynamic_sampling import GenerationBatchStream
-from grpo_hub.training.selective_rollout import SelectiveRollout, prompt_id
+from grpo_hub.training.selective_rollout import SelectiveRollout, prompt_id, shrunk_group_count
 
 GROUP = 2
 
 
 def make_selector(
-    batches: list[list[dict]], min_keep: float = 1e-9, revisit_after: int | None = None
+    batches: list[list[dict]],
+    min_keep: float = 1e-9,
+    revisit_after: int | None = None,
+    mode: str = "replace",
+    row_multiple: int = 1,
+    gather_objects=lambda rows: rows,
+    rank: int = 0,
 ) -> SelectiveRollout:
-    """A one-rank selector whose stream yields `batches` (period 1) after the batch handed to `select`."""
+    """A selector whose stream yields `batches` (period 1) after the batch handed to `select` (one rank unless
+    `gather_objects` concatenates more)."""
     stream = GenerationBatchStream(period=1)
     stream.enter(iter(batches))
     stream.note_pulled(1, 1)  # the batch handed to `select`
     return SelectiveRollout(
-        stream=stream, gather_objects=lambda rows: rows, gather=lambda t: t, rank=0, group_size=GROUP,
-        id_column="index", explore_init=0.05, target=0.25, step=0.0, min_keep=min_keep,
+        stream=stream, gather_objects=gather_objects, gather=lambda t: t, rank=rank, group_size=GROUP,
+        id_column="index", mode=mode, row_multiple=row_multiple, explore_init=0.05, target=0.25, step=0.0, min_keep=min_keep,
         revisit_after=revisit_after, eps=0.0,
         reward_min=0.0, reward_max=1.0, seed=0, metrics=collections.defaultdict(list),
     )  # fmt: skip
@@ -108,3 +115,49 @@ def test_exploration_adapts_once_per_step_on_pooled_fractions_from_the_second_ep
     assert selector.explore == {ALL_MAX: 0.49, ALL_MIN: 0.49}
     selector.end_step()  # a step without scorings changes nothing
     assert selector.explore == {ALL_MAX: 0.49, ALL_MIN: 0.49}
+
+
+def naive_shrunk_count(kept: int, total: int, group_size: int, row_multiple: int) -> int:
+    return next(
+        g for g in range(max(kept, 1), total + 1) if (g * group_size) % row_multiple == 0 or g == total
+    )
+
+
+def test_shrunk_group_count_is_the_smallest_even_split_at_least_the_kept_groups():
+    for group_size in (1, 2, 3, 4, 8):
+        for row_multiple in (1, 2, 3, 4, 6, 8):
+            for total in range(1, 13):
+                if (total * group_size) % row_multiple:
+                    continue  # TRL's batch splits evenly over ranks and micro-steps
+                for kept in range(total + 1):
+                    expected = naive_shrunk_count(kept, total, group_size, row_multiple)
+                    assert shrunk_group_count(kept, total, group_size, row_multiple) == expected
+
+
+def test_shrink_generates_only_the_kept_groups_and_reads_nothing_more():
+    selector = make_selector([rows(4, 5)], mode="shrink")
+    learn_hard(selector, [0, 2])
+    selected = selector.select(rows(0, 1, 2, 3))
+    assert indices(selected) == [1, 3]  # 0 and 2 dropped, not replaced
+    assert selector.metrics["selective_rollout/batches_read"] == [0.0]
+    assert selector.metrics["selective_rollout/groups_generated"] == [2.0]
+    assert selector.metrics["selective_rollout/rows_saved"] == [2.0 * GROUP]
+    assert selector.stream.next_batch() == rows(4, 5)  # the next batch is still the next step's
+    selector.record(torch.tensor([0.0, 1.0, 1.0, 0.0]))  # the history takes the kept groups' rewards
+    learn_hard(selector, [0, 1, 2, 3], times=3)
+    assert indices(selector.select(rows(0, 1, 2, 3))) == [0]  # all skipped: the first one is still generated
+
+
+def test_shrink_tops_up_with_skipped_groups_to_what_the_ranks_split_evenly():
+    """Two ranks holding 2 groups each (a group spans both ranks' rows when GROUP=2 and 2 rows per rank); one
+    group kept -> 2 groups generated (4 rows, 2 per rank), the first skipped one in order topping it up."""
+    batch = rows(0, 1, 2, 3)
+    ranks = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
+    selected = []
+    for rank in (0, 1):
+        selector = make_selector([], mode="shrink", row_multiple=4, gather_objects=lambda _: batch, rank=rank)
+        learn_hard(selector, [0, 1, 3])
+        selected.append(selector.select(ranks[rank]))
+        assert selector.metrics["selective_rollout/groups_generated"] == [2.0]
+    assert [len(s) for s in selected] == [GROUP, GROUP]
+    assert indices(selected[0] + selected[1]) == [2, 0]  # the kept group, then the first skipped one
