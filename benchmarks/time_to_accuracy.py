@@ -51,6 +51,8 @@ CONFIGS = {
     "dynamic": {"dynamic_sampling": True},
     "selective": {"selective_rollout": True},
     "selective+dynamic": {"selective_rollout": True, "dynamic_sampling": True},
+    # skipped prompts not replaced: fewer rows generated per step (GRESO's rollout saving)
+    "selective-shrink": {"selective_rollout": True, "selective_rollout_mode": "shrink"},
     # the ablation of the bounded revisit: GRESO's probabilistic rule alone
     "selective-unbounded": {"selective_rollout": True, "selective_rollout_revisit_after": None},
     "selective-unbounded+dynamic": {

@@ -41,14 +41,14 @@ def recipe():
 
 @pytest.mark.slow
 def test_default_run_learns_the_chain_task_and_saves_the_adapter(tmp_path):
-    """The README's main job learns: held-out accuracy (2,000 problems) gains >= 4 points (measured +7: 0.27 ->
-    0.34, docs/tasks.md; the issue's goal of +15 is not met). Greedy decoding of a fixed model is deterministic,
+    """The README's main job learns: held-out accuracy (2,000 problems) gains >= 6 points (measured +10: 0.30 ->
+    0.40, docs/tasks.md; the issue's goal of +15 is not met). Greedy decoding of a fixed model is deterministic,
     so the gain is the policy's, not sampling noise."""
     summary, out = launch(tmp_path)
     assert summary["task"] == "chain" and summary["peft"] is True
     assert summary["steps"] == 200 and summary["world_size"] == 1 and len(summary["rewards"]) == 200
     before, after = summary["heldout_before"]["greedy"]["all"], summary["heldout_after"]["greedy"]["all"]
-    assert after >= before + 0.04, summary
+    assert after >= before + 0.06, summary
     assert (
         "held-out accuracy before -> after (per level = steps in the chain)"
         in (tmp_path / "console.log").read_text()

@@ -50,11 +50,11 @@ def test_shipped_model_is_partly_right_with_room_to_learn():
 
 @pytest.mark.slow
 def test_the_build_reproduces_the_shipped_weights(tmp_path):
-    """The full build (~5 min on one core) gives the shipped tensors: bit for bit on the CPU kind that built them
-    (measured), else (another CPU's matmul kernels round differently over 700 steps) the same held-out accuracy
-    within 8 points. At step 700 SFT accuracy climbs ~10 points per 100 steps (docs/tasks.md: 0.21 at 600, 0.27 at
-    700, 0.40 at 800), so rounding drift moves it by points: on an AMD EPYC VM (2026-11-24) the rebuild scored 0.2215
-    against the shipped 0.2685."""
+    """The full build (~8 min on one core) gives the shipped tensors: bit for bit on the CPU kind that built them
+    (measured), else (another CPU's matmul kernels round differently over 1,100 steps) the same held-out accuracy
+    within 10 points. At step 1,100 SFT accuracy climbs ~7-13 points per 100 steps (docs/tasks.md: 0.16 at 1,000,
+    0.30 at 1,100, 0.37 at 1,200), so rounding drift moves it by points: the previous 4-layer 700-step model, rebuilt on
+    an AMD EPYC VM (2026-11-24), scored 0.2215 against its shipped 0.2685."""
     rebuilt = Path(build_chain_model(tmp_path / "rebuilt"))
     shipped, fresh = load_file(SHIPPED_DIR / "model.safetensors"), load_file(rebuilt / "model.safetensors")
     assert shipped.keys() == fresh.keys()
@@ -67,4 +67,4 @@ def test_the_build_reproduces_the_shipped_weights(tmp_path):
         chain.evaluate(AutoModelForCausalLM.from_pretrained(folder), tokenizer)["greedy"]["all"]
         for folder in (SHIPPED_DIR, rebuilt)
     ]
-    assert abs(accuracy[0] - accuracy[1]) <= 0.08, accuracy
+    assert abs(accuracy[0] - accuracy[1]) <= 0.10, accuracy
