@@ -38,7 +38,8 @@ from benchmarks.common import QUIET_CPU_RUN
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.algos.advantages import ALL_MAX, ALL_MIN, zero_signal_kinds
 from grpo_hub.tasks import chain
-from grpo_hub.tasks.chain_model import chain_model_path
+from grpo_hub.tasks.chain_model import build_recipe, chain_model_path
+from grpo_hub.tasks.model_cache import fingerprint
 from grpo_hub.training.config_files import read_config
 
 RECIPE = "recipes/configs/chain-full.yaml"
@@ -267,12 +268,13 @@ def measure(cli) -> tuple[dict, dict]:
 
 
 def run_record(budget: float, points: int, per_level: int, seeds: list[int], configs: dict) -> dict:
-    """What a stored run holds, named once: the testbed (recipe and its settings, budget, evaluations), the seeds,
-    and every configuration it ran with its settings over the recipe's (plain TRL: none; 'preset': read from
-    PRESET)."""
+    """What a stored run holds, named once: the testbed (recipe and its settings, the chain model's build fingerprint,
+    budget, evaluations), the seeds, and every configuration it ran with its settings over the recipe's (plain TRL:
+    none; 'preset': read from PRESET)."""
     base, _ = recipe_settings(RECIPE)
     return {
         "recipe": RECIPE,
+        "model_build": fingerprint(build_recipe()),
         "recipe_settings": base,
         "budget": budget,
         "points": points,

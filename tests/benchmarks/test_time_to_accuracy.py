@@ -199,6 +199,7 @@ def test_merge_keeps_the_preset_file_of_the_files_that_ran_it(tmp_path):
     ("changes", "message"),
     [
         ({"budget": 20.0}, "has budget 20.0"),
+        ({"model_build": "0123456789"}, "has model_build '0123456789'"),
         ({"recipe_settings": {"learning_rate": 1.0}}, "has recipe_settings"),
         ({"configs": {"trl": {}, "fast": {"dynamic_sampling": True}}}, "configuration 'fast' is"),
     ],
