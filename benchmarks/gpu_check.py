@@ -10,6 +10,7 @@ and print one Markdown table: exit status, and the mean reward of the first and 
 recipe's run_summary.json). FSDP with the reference adapter is refused by design (exit 1 expected, marked).
 
     python -m benchmarks.gpu_check                 # one CUDA GPU, 30 steps each (~1-2 min per run)
+    python -m benchmarks.gpu_check --jobs 4        # 4 runs at a time (each on its own port; exits and rewards only)
     python -m benchmarks.gpu_check --cpu           # on CPU (use_cpu, fp32; cpu-zero* configs; no fsdp2)
     python -m benchmarks.gpu_check --dry-run       # print the commands only
 """
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,16 +34,19 @@ REFUSED = {("fsdp2", "ref-refresh"): "refused by design: FSDP + reference adapte
 # not active on CPU, so --cpu leaves it out.
 CPU_CONFIGS = ("single", "zero2", "zero3")
 SUMMARY_FILE = "run_summary.json"  # written by recipes/grpo.py
+FIRST_PORT = 29500  # accelerate's default main process port; run i of a --jobs batch takes FIRST_PORT + i
 
 
-def command(config: str, recipe: str, output_dir: Path, steps: int, cpu: bool) -> list[str]:
-    """The `accelerate launch` command of one run."""
+def command(
+    config: str, recipe: str, output_dir: Path, steps: int, cpu: bool, port: int = FIRST_PORT
+) -> list[str]:
+    """The `accelerate launch` command of one run (its rendezvous on `port`: runs at once need their own)."""
     config_file = (
         REPO / "recipes" / "accelerate" / f"{CPU_CONFIG.get(config, config) if cpu else config}.yaml"
     )
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", str(config_file), "--num_processes", "1",
+        "--config_file", str(config_file), "--num_processes", "1", "--main_process_port", str(port),
         str(REPO / "recipes" / "grpo.py"),
         "--config", str(REPO / "recipes" / "configs" / f"{recipe}.yaml"),
         "--max_steps", str(steps), "--logging_steps", "1", "--output_dir", str(output_dir),
@@ -102,6 +107,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--recipes", nargs="+", choices=RECIPES, default=list(RECIPES))
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (their timings are then shared)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     cli = parser.parse_args(argv)
     steps = cli.steps or (3 if cli.cpu else 30)
@@ -111,17 +117,21 @@ def main(argv=None) -> int:
 
         if not torch.cuda.is_available():
             raise SystemExit("no CUDA GPU visible to torch: run with --cpu, or on a machine with a GPU.")
-    results = {}
+    keys = [(config, recipe) for config in configs for recipe in cli.recipes]
     with tempfile.TemporaryDirectory(prefix="grpo_hub_gpu_check_") as tmp:
-        for config in configs:
-            for recipe in cli.recipes:
-                output_dir = Path(tmp) / f"{config}-{recipe}"
-                cmd = command(config, recipe, output_dir, steps, cli.cpu)
-                print(" ".join(cmd), flush=True)
-                if not cli.dry_run:
-                    results[(config, recipe)] = run_one(cmd, output_dir, cli.timeout)
-    if cli.dry_run:
-        return 0
+        runs = {}
+        for i, (config, recipe) in enumerate(keys):
+            output_dir = Path(tmp) / f"{config}-{recipe}"
+            runs[(config, recipe)] = (
+                command(config, recipe, output_dir, steps, cli.cpu, FIRST_PORT + i),
+                output_dir,
+            )
+            print(" ".join(runs[(config, recipe)][0]), flush=True)
+        if cli.dry_run:
+            return 0
+        with ThreadPoolExecutor(max_workers=cli.jobs) as pool:
+            futures = {key: pool.submit(run_one, cmd, out, cli.timeout) for key, (cmd, out) in runs.items()}
+            results = {key: future.result() for key, future in futures.items()}
     print(table(results))
     unexpected = [key for key, r in results.items() if (r["exit"] == 0) == (key in REFUSED)]
     return 1 if unexpected else 0

@@ -17,6 +17,11 @@ Targets: plain TRL's mean accuracy at 50 %, 75 % and 100 % of its budget. Reache
 
 On the 2-core VM the seeds can run as two such processes, one per core (`--seed-list 0,2 --core 0 --json a.json`,
 `--seed-list 1 --core 1 --json b.json`), then `--merge a.json b.json --plot ...` prints the joint report.
+
+`--device cuda` trains on the GPU (fp32, as on the CPU) and measures GPU wall time instead of CPU time (synchronized,
+evaluations and generation timed the same way): the report's measured clock is then the GPU's, and its modeled clock
+is the model's prediction for the same runs' counted work, to check the model against. No GPU-clock stop rule is
+needed there, so one process may run any configuration alone (`--configs preset --seed-list 1 --json c.json`).
 """
 
 import argparse
@@ -24,6 +29,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -34,7 +40,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from benchmarks import clocks
 from benchmarks.accuracy_summary import calibration, plot, print_report, print_sensitivity, summarize
-from benchmarks.common import QUIET_CPU_RUN
+from benchmarks.common import DEVICES, QUIET_CPU_RUN, check_device
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.algos.advantages import ALL_MAX, ALL_MIN, zero_signal_kinds
 from grpo_hub.tasks import chain
@@ -85,16 +91,26 @@ def recipe_settings(path: str) -> tuple[dict, LoraConfig | None]:
 class Meter(TrainerCallback):
     """Training clocks, held-out accuracy at fixed points of the budget, work counters.
 
-    Clocks: process CPU seconds (evaluations excluded) and, given `costs`, the modeled GPU clock
-    (`benchmarks.clocks`). An evaluation runs at the first optimizer step past each of `points` evenly spaced
+    Clocks: `clock` seconds (process CPU seconds, or synchronized GPU wall seconds; evaluations excluded) and, given
+    `costs`, the modeled GPU clock (`benchmarks.clocks`). An evaluation runs at the first optimizer step past each of `points` evenly spaced
     fractions of `budget` on either clock; training stops once both clocks have passed the budget.
     `points`: one dict per evaluation: time (CPU s), wall, accuracy (per level), generated tokens / rows, trained
     rows, micro-steps, optimizer steps, and the shares of all-correct / all-wrong groups generated since the
     last evaluation.
     """
 
-    def __init__(self, tokenizer, budget: float, points: int, group_size: int, per_level: int, costs=None):
+    def __init__(
+        self,
+        tokenizer,
+        budget: float,
+        points: int,
+        group_size: int,
+        per_level: int,
+        costs=None,
+        clock: Callable[[], float] = time.process_time,
+    ):
         self.tokenizer, self.group_size, self.per_level, self.costs = tokenizer, group_size, per_level, costs
+        self.clock = clock
         grid = [budget * (i + 1) / points for i in range(points)]
         self.grids = {"cpu": list(grid), "gpu": list(grid) if costs else []}
         self.points, self.gen_seconds = [], 0.0
@@ -114,9 +130,9 @@ class Meter(TrainerCallback):
         generate = trainer._generate
 
         def timed_generate(*args, **kwargs):
-            start = time.process_time()
+            start = self.clock()
             out = generate(*args, **kwargs)
-            self.gen_seconds += time.process_time() - start
+            self.gen_seconds += self.clock() - start
             return out
 
         trainer._generate = timed_generate
@@ -134,10 +150,10 @@ class Meter(TrainerCallback):
         return rewards
 
     def elapsed(self) -> float:
-        return time.process_time() - self._start - self._paused
+        return self.clock() - self._start - self._paused
 
     def _evaluate(self, model, step: int) -> None:
-        paused_at, elapsed = time.process_time(), self.elapsed()
+        paused_at, elapsed = self.clock(), self.elapsed()
         rng = torch.get_rng_state()  # the evaluation must not change the training's random stream
         accuracy = chain.evaluate(model, self.tokenizer, n=self.per_level)["greedy"]
         torch.set_rng_state(rng)
@@ -159,10 +175,10 @@ class Meter(TrainerCallback):
             }
         )
         self.groups = dict.fromkeys(self.groups, 0)
-        self._paused += time.process_time() - paused_at
+        self._paused += self.clock() - paused_at
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self._start, self._wall_start = time.process_time(), time.perf_counter()
+        self._start, self._wall_start = self.clock(), time.perf_counter()
         self._evaluate(model, 0)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -190,11 +206,24 @@ def check_schedule(fields: dict) -> None:
         )
 
 
+def synchronized_wall_clock() -> float:
+    """GPU wall seconds: CUDA kernels run asynchronously, so wait for the queued ones first."""
+    torch.cuda.synchronize()
+    return time.perf_counter()
+
+
 def run(
-    name: str, seed: int, budget: float, points: int, extra: dict | None, per_level: int, costs=None
+    name: str,
+    seed: int,
+    budget: float,
+    points: int,
+    extra: dict | None,
+    per_level: int,
+    costs=None,
+    device: str = "cpu",
 ) -> list[dict]:
-    """Train configuration `name` for `budget` seconds on the CPU clock (and on the GPU clock of `costs`, if
-    given); return its evaluation points."""
+    """Train configuration `name` for `budget` seconds on the measured clock (CPU time, or GPU wall time with
+    `device="cuda"`) and on the modeled GPU clock of `costs`, if given; return its evaluation points."""
     fields, lora = recipe_settings(RECIPE)
     check_schedule(fields)
     prompts = fields.pop("num_prompts")
@@ -203,12 +232,14 @@ def run(
         **fields,
         "output_dir": tempfile.mkdtemp(),
         **QUIET_CPU_RUN,
+        "use_cpu": device == "cpu",  # fp32 on either device: the testbed's arithmetic
         "max_steps": 100_000,  # the budget stops training (the schedule does not depend on it: check_schedule)
         "seed": seed,
     }
     args = GRPOConfig(**common) if extra is None else GRPOHubConfig(**common, **extra)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    meter = Meter(tokenizer, budget, points, args.num_generations, per_level, costs)
+    clock = time.process_time if device == "cpu" else synchronized_wall_clock
+    meter = Meter(tokenizer, budget, points, args.num_generations, per_level, costs, clock)
     chain_trainer(args, meter, lora, prompts, seed).train()
     return meter.points
 
@@ -243,7 +274,7 @@ def measure(cli) -> tuple[dict, dict]:
     unknown = set(names) - set(configs)
     if unknown:
         raise SystemExit(f"--configs: unknown {sorted(unknown)}; choose from {list(configs)}")
-    if "trl" not in names:
+    if "trl" not in names and cli.device == "cpu":
         raise SystemExit(
             "--configs must include trl: every ratio is to plain TRL, whose runs calibrate the GPU clock"
         )
@@ -252,10 +283,14 @@ def measure(cli) -> tuple[dict, dict]:
     others = [name for name in names if name != "trl"]
     for seed in seeds:
         # plain TRL first: its run calibrates this seed's GPU clock, which the others' evaluations and stop follow
-        order = ["trl", *others[seed % len(others) :], *others[: seed % len(others)]] if others else ["trl"]
+        rotated = [*others[seed % len(others) :], *others[: seed % len(others)]] if others else []
+        order = ["trl", *rotated] if "trl" in names else rotated
         for name in order:
-            costs = None if name == "trl" else calibration([results["trl"][-1]], clocks.GPU_GENERATION_SHARE)
-            results[name].append(run(name, seed, cli.budget, cli.points, configs[name], cli.per_level, costs))
+            stop_on_model = name != "trl" and cli.device == "cpu"  # on a GPU the measured clock is the GPU's
+            costs = calibration([results["trl"][-1]], clocks.GPU_GENERATION_SHARE) if stop_on_model else None
+            results[name].append(
+                run(name, seed, cli.budget, cli.points, configs[name], cli.per_level, costs, cli.device)
+            )
             last = results[name][-1][-1]
             print(
                 f"# seed {seed} {name}: {last['time']:.0f} s, accuracy {results[name][-1][0]['accuracy']['all']:.3f}"
@@ -263,17 +298,25 @@ def measure(cli) -> tuple[dict, dict]:
                 flush=True,
             )
     return run_record(
-        cli.budget, cli.points, cli.per_level, seeds, {name: configs[name] for name in names}
+        cli.budget, cli.points, cli.per_level, seeds, {name: configs[name] for name in names}, cli.device
     ), results
 
 
-def run_record(budget: float, points: int, per_level: int, seeds: list[int], configs: dict) -> dict:
+def device_name(device: str) -> str:
+    """The measured clock's device, as the run record names it: "cpu", or the GPU's name."""
+    return "cpu" if device == "cpu" else torch.cuda.get_device_name()
+
+
+def run_record(
+    budget: float, points: int, per_level: int, seeds: list[int], configs: dict, device: str = "cpu"
+) -> dict:
     """What a stored run holds, named once: the testbed (recipe and its settings, the chain model's build fingerprint,
-    budget, evaluations), the seeds, and every configuration it ran with its settings over the recipe's (plain TRL:
-    none; 'preset': read from PRESET)."""
+    the measured clock's device, budget, evaluations), the seeds, and every configuration it ran with its settings
+    over the recipe's (plain TRL: none; 'preset': read from PRESET)."""
     base, _ = recipe_settings(RECIPE)
     return {
         "recipe": RECIPE,
+        "device": device_name(device),
         "model_build": fingerprint(build_recipe()),
         "recipe_settings": base,
         "budget": budget,
@@ -288,12 +331,27 @@ def run_record(budget: float, points: int, per_level: int, seeds: list[int], con
 def describe(record: dict) -> str:
     """The report's first line: what was run."""
     configs = "; ".join(f"{name} {settings or '(plain TRL)'}" for name, settings in record["configs"].items())
+    where = (
+        "on one core (on both clocks)"
+        if measured_on(record) == "cpu"
+        else f"of {record['device']} wall time (and on the modeled clock)"
+    )
     return (
-        f"chain task ({record['recipe']}), {record['budget']:.0f} s per run on one core (on both clocks), "
+        f"chain task ({record['recipe']}), {record['budget']:.0f} s per run {where}, "
         f"{record['points']} evaluations of {record['heldout_problems']} held-out problems, seeds {record['seeds']}; "
         f"configurations: {configs}"
         + (f" (preset: {record['preset_file']})" if "preset_file" in record else "")
     )
+
+
+def measured_on(record: dict) -> str:
+    """The measured clock's device of a run record: "cpu" (records written before the key existed) or a GPU's name."""
+    return record.get("device", "cpu")
+
+
+def measured_clock(record: dict) -> str:
+    """The report's name for the measured clock of a run record."""
+    return "CPU" if measured_on(record) == "cpu" else f"GPU wall ({record['device']})"
 
 
 def merge(paths: list[str]) -> tuple[dict, dict]:
@@ -308,7 +366,7 @@ def merge(paths: list[str]) -> tuple[dict, dict]:
             raise SystemExit(
                 f"--merge: {path} has no run record (written by an older benchmark). Fix: re-run it."
             )
-        this = part["run"]
+        this = {**part["run"], "device": measured_on(part["run"])}
         if record is None:
             record, first = {"configs": {}}, path
         for key, value in this.items():  # the testbed; 'preset_file' only in the files that ran the preset
@@ -348,7 +406,11 @@ def main() -> None:
         "--per-level", type=int, default=chain.HELDOUT_PER_LEVEL, help="held-out problems per level evaluated"
     )
     parser.add_argument("--quick", action="store_true", help="1 seed, trl and the preset, 8 s, 4 points")
+    parser.add_argument(
+        "--device", choices=DEVICES, default="cpu", help="cuda: train on the GPU, measure its wall time"
+    )
     cli = parser.parse_args()
+    check_device(cli.device)
     if cli.quick:
         cli.seeds, cli.budget, cli.points, cli.configs, cli.per_level = 1, 8.0, 4, "trl,preset", 10
     if cli.points % 4:
@@ -361,11 +423,16 @@ def main() -> None:
         record, results = measure(cli)
         if cli.json:  # every point, before the report
             Path(cli.json).write_text(json.dumps({"run": record, "points": results}, indent=1))
+        if "trl" not in results:  # a GPU process that ran other configurations only
+            print(
+                f"no plain TRL run here: report with --merge {cli.json or '<--json files>'} and plain TRL's files"
+            )
+            return
     if "trl" not in results:
         raise SystemExit("no plain TRL runs to compare with: --merge a file that has them")
     budget = record["budget"]
     summary = summarize(results, budget)
-    print_report(results, summary, describe(record))
+    print_report(results, summary, describe(record), measured_clock(record))
     print_sensitivity(results, budget)
     if cli.merge and cli.json:
         Path(cli.json).write_text(
@@ -378,6 +445,9 @@ def main() -> None:
             summary,
             cli.plot,
             f"time to accuracy on the chain task ({RECIPE}), every run of {seeds_run} seeds",
+            "training CPU seconds, one core"
+            if measured_on(record) == "cpu"
+            else f"training {measured_clock(record)} s",
         )
         print(f"plot: {cli.plot}")
 
