@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 
 from grpo_hub.tasks.arithmetic import CHAT_TEMPLATE, LEVELS, chat_prompt, heldout_problems, make_problem
-from grpo_hub.tasks.model_cache import cached_build, check_seed, default_cache_dir, fingerprint
+from grpo_hub.tasks.model_cache import cached_build, check_seed, fingerprint, save_model
 from grpo_hub.tasks.tiny_model import SPECIAL_TOKENS, byte_level_tokenizer, init_model
 
 BUILD_VERSION = "2"  # bump when the build changes in a way the recipe below does not show
@@ -155,8 +155,7 @@ def _write_model(folder: Path, seed: int, sft: dict) -> None:
     tokenizer = char_tokenizer()
     model = init_model(tokenizer, seed, shape=MODEL_SHAPE)
     supervised_train(model, sft_batches(ProblemEncoder(tokenizer), seed, sft), seed, sft)
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
+    save_model(folder, model, tokenizer)
 
 
 def build_arithmetic_model(
@@ -173,5 +172,6 @@ def build_arithmetic_model(
     if unknown:
         raise ValueError(f"build_arithmetic_model: unknown sft setting(s) {sorted(unknown)}")
     name = f"arithmetic-qwen2-seed{seed}-{fingerprint(build_recipe(seed, sft))}"
-    target = Path(output_dir) if output_dir else default_cache_dir() / name
-    return cached_build(target, lambda folder: _write_model(folder, seed, sft), "build_arithmetic_model")
+    return cached_build(
+        output_dir, name, lambda folder: _write_model(folder, seed, sft), "build_arithmetic_model"
+    )

@@ -21,7 +21,7 @@ from pathlib import Path
 from grpo_hub.tasks import chain
 from grpo_hub.tasks.arithmetic import CHAT_TEMPLATE
 from grpo_hub.tasks.arithmetic_model import ProblemEncoder, problem_batches, supervised_train
-from grpo_hub.tasks.model_cache import cached_build, check_seed, default_cache_dir, fingerprint
+from grpo_hub.tasks.model_cache import cached_build, check_seed, fingerprint, save_model
 from grpo_hub.tasks.tiny_model import SPECIAL_TOKENS, byte_level_tokenizer, init_model
 
 BUILD_VERSION = "1"  # bump when the build changes in a way the recipe below does not show
@@ -77,8 +77,7 @@ def _write_model(folder: Path, seed: int, sft: dict) -> None:
     tokenizer = char_tokenizer()
     model = init_model(tokenizer, seed, shape=MODEL_SHAPE)
     supervised_train(model, sft_batches(ProblemEncoder(tokenizer), seed, sft["batch_size"]), seed, sft)
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
+    save_model(folder, model, tokenizer)
     (folder / RECIPE_FILE).write_text(json.dumps(build_recipe(seed, sft), indent=1, sort_keys=True))
 
 
@@ -96,8 +95,9 @@ def build_chain_model(
         )
     recipe = build_recipe(seed, sft)
     name = f"chain-qwen2-seed{seed}-{fingerprint(recipe)}"
-    target = Path(output_dir) if output_dir else default_cache_dir() / name
-    return cached_build(target, lambda folder: _write_model(folder, seed, recipe["sft"]), "build_chain_model")
+    return cached_build(
+        output_dir, name, lambda folder: _write_model(folder, seed, recipe["sft"]), "build_chain_model"
+    )
 
 
 def shipped_is_current() -> bool:

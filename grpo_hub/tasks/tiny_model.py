@@ -3,8 +3,8 @@
 Nothing is downloaded. `build_tiny_model()` trains a 512-entry byte-level BPE on a corpus generated in
 code, initialises a `Qwen2ForCausalLM` from a seed and saves both to a local folder that
 `AutoTokenizer.from_pretrained` and `AutoModelForCausalLM.from_pretrained` load. The folder is cached
-(`$GRPO_HUB_CACHE` or `~/.cache/grpo_hub`), identical for the same seed, and safe to build from two
-processes at once (`grpo_hub.tasks.model_cache`).
+(`$GRPO_HUB_CACHE` or `~/.cache/grpo_hub`), identical for the same seed, and built once per machine however many
+processes ask for it (`grpo_hub.tasks.model_cache`).
 
 Shape: hidden 64, 2 heads of dim 32 (vLLM needs head dim >= 32), 1 KV head, 2 layers, ~0.1 M parameters.
 Weights are drawn with std 0.3 (not Qwen's 0.02): with tied embeddings that small, logits are nearly flat
@@ -19,7 +19,7 @@ import random
 import string
 from pathlib import Path
 
-from grpo_hub.tasks.model_cache import cached_build, check_seed, default_cache_dir, fingerprint
+from grpo_hub.tasks.model_cache import cached_build, check_seed, fingerprint, save_model
 
 BUILD_VERSION = "2"  # bump when the build changes in a way the fingerprint does not see
 VOCAB_SIZE = 512
@@ -144,21 +144,15 @@ def init_model(tokenizer, seed: int = 0, shape: dict | None = None):
 def _write_model(folder: Path, seed: int) -> None:
     """Build tokenizer + model into `folder` (which must exist)."""
     tokenizer = train_tokenizer(seed)
-    model = init_model(tokenizer, seed)
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
+    save_model(folder, init_model(tokenizer, seed), tokenizer)
 
 
 def build_tiny_model(output_dir: str | os.PathLike | None = None, seed: int = 0) -> str:
     """Return a local folder holding the tiny model + tokenizer, building it on first use.
 
-    Default folder: `<cache>/tiny-qwen2-seed<seed>-<build_fingerprint>`; cached and race-safe as described
-    in `grpo_hub.tasks.model_cache.cached_build`.
+    Default folder: `<cache>/tiny-qwen2-seed<seed>-<build_fingerprint>`; built once per machine as described in
+    `grpo_hub.tasks.model_cache.cached_build`.
     """
     check_seed(seed, "build_tiny_model")
-    target = (
-        Path(output_dir)
-        if output_dir
-        else default_cache_dir() / f"tiny-qwen2-seed{seed}-{build_fingerprint(seed)}"
-    )
-    return cached_build(target, lambda folder: _write_model(folder, seed), "build_tiny_model")
+    name = f"tiny-qwen2-seed{seed}-{build_fingerprint(seed)}"
+    return cached_build(output_dir, name, lambda folder: _write_model(folder, seed), "build_tiny_model")
