@@ -57,7 +57,7 @@ from grpo_hub.tasks import (
     get_reward_funcs,
     load_task_dataset,
 )
-from grpo_hub.training import config_files, flag_values, value_ranges
+from grpo_hub.training import config_files, cpu_threads, flag_values, value_ranges
 from grpo_hub.training.console import plain_upstream_bars, quiet_upstream_warnings, use_compact_progress
 
 logger = logging.getLogger(__name__)
@@ -327,6 +327,7 @@ def summarize(
         "task": task,
         "steps": trainer.state.global_step,
         "world_size": trainer.accelerator.num_processes,
+        "torch_threads": torch.get_num_threads(),
         "peft": is_peft_model(trainer.model),
         "reward_first": round(first, 4),
         "reward_last": round(last, 4),
@@ -400,6 +401,17 @@ def local_vllm_server(recipe_args: RecipeArguments, training_args: GRPOHubConfig
         yield
 
 
+def use_cpu_cores(training_args: GRPOHubConfig) -> None:
+    """A CPU-only run trains on every core it may use unless the user chose a thread count
+    (`grpo_hub.training.cpu_threads`); the main process says which."""
+    if training_args.device.type != "cpu":
+        return
+    state = PartialState()
+    line = cpu_threads.use_machine_cores(state.num_processes)
+    if state.is_main_process:
+        print(line, flush=True)
+
+
 def heldout_accuracy(trainer, recipe_args: RecipeArguments) -> dict:
     """Held-out accuracy per level of the model being trained (every rank generates: ZeRO-3 needs all)."""
     extra = {"pass_k": recipe_args.eval_pass_k} if recipe_args.eval_pass_k else {}
@@ -448,6 +460,7 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
     callbacks += [push] if push else []
     lora_rank = model_args.lora_r if model_args.use_peft else None
     with local_vllm_server(recipe_args, training_args, model_name, lora_rank):
+        use_cpu_cores(training_args)
         return train_and_report(
             recipe_args, training_args, model_args, model_name, dataset, callbacks, history, push
         )

@@ -44,8 +44,8 @@ def one_line_error(recipe, capsys, *argv) -> str:
 
 
 def launch(tmp_path, *args, accelerate_config=None, timeout=600, env=None):
-    """`accelerate launch recipes/grpo.py ARGS --output_dir tmp/out` (`env` overrides `launch_env()`);
-    return (summary dict, output dir). The console output is kept in tmp/console.log."""
+    """`accelerate launch recipes/grpo.py ARGS --output_dir tmp/out` (`env` overrides `launch_env()`, a None value
+    unsets the variable); return (summary dict, output dir). The console output is kept in tmp/console.log."""
     out = tmp_path / "out"
     command = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
     if accelerate_config:
@@ -55,7 +55,8 @@ def launch(tmp_path, *args, accelerate_config=None, timeout=600, env=None):
     else:
         command += ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no"]
     command += [str(RECIPE), *args, "--output_dir", str(out)]
-    console = run_isolated(command, tmp_path, {**launch_env(), **(env or {})}, timeout, "recipe run")
+    env = {name: value for name, value in {**launch_env(), **(env or {})}.items() if value is not None}
+    console = run_isolated(command, tmp_path, env, timeout, "recipe run")
     (tmp_path / "console.log").write_text(console)
     assert "GRPO done:" in console
     return json.loads((out / "run_summary.json").read_text()), out
