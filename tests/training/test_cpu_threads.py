@@ -101,3 +101,22 @@ def test_the_recipe_says_and_uses_its_thread_count(tmp_path):
     first_step = next(i for i, line in enumerate(lines) if line.startswith("step "))
     assert lines.index(said) < first_step
     assert summary["torch_threads"] == available_cores()
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_cpu_ranks_keep_one_thread_each(tmp_path):
+    """2 ranks on a machine of any size, no thread setting: one thread per rank, said once."""
+    summary, _ = launch(
+        tmp_path,
+        "--task",
+        "digits",
+        "--max_steps",
+        "2",
+        accelerate_config="cpu-ddp.yaml",
+        env={"OMP_NUM_THREADS": None},
+    )
+    lines = (tmp_path / "console.log").read_text().splitlines()
+    said = [line for line in lines if line.startswith("torch threads:")]
+    assert said == ["torch threads: 1 per process (2 processes; set OMP_NUM_THREADS to choose)"], said
+    assert summary["world_size"] == 2 and summary["torch_threads"] == 1
