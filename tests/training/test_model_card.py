@@ -6,7 +6,13 @@ from __future__ import annotations
 import io
 import json
 
-from grpo_hub.training.model_card import build_model_card, final_metrics, pushed_revision, reward_curve_png
+from grpo_hub.training.model_card import (
+    build_model_card,
+    final_metrics,
+    pushed_revision,
+    reward_curve_png,
+    write_card_files,
+)
 from grpo_hub.training.run_record import changed_fields, loss_variant, read_run_record, run_record
 from tests.hub.fake_hub import validate_card_yaml
 
@@ -84,6 +90,18 @@ def test_reward_curve_is_a_png_only_when_rewards_were_logged():
     assert reward_curve_png([{"loss": 1.0, "step": 1}]) is None
     image = Image.open(io.BytesIO(reward_curve_png(LOG)))
     assert image.format == "PNG" and image.size == (600, 350)
+
+
+def test_without_matplotlib_the_card_is_written_without_a_curve_and_a_warning(tmp_path, monkeypatch, caplog):
+    """A run in an environment lacking matplotlib (a --no-deps install) still saves once training is done."""
+    for module in ("matplotlib", "matplotlib.backends.backend_agg", "matplotlib.figure"):
+        monkeypatch.setitem(__import__("sys").modules, module, None)  # `import` of it raises ImportError
+    write_card_files(tmp_path, {"loss_variant": "grpo", "step": 2, "config": {}, "log_history": LOG})
+    assert not (tmp_path / "reward_curve.png").exists()
+    assert "Not drawn: matplotlib was not installed" in (tmp_path / "README.md").read_text()
+    assert (tmp_path / "grpo_run.json").is_file()
+    (warning,) = [r.getMessage() for r in caplog.records if "reward curve" in r.getMessage()]
+    assert "matplotlib" in warning and "Fix: install grpo-hub with its dependencies" in warning
 
 
 def test_run_record_leaves_a_live_deepspeed_run_alone(tmp_path, monkeypatch):
