@@ -4,6 +4,8 @@
     grpo-hub pull OWNER/NAME[@REV] [--output-dir DIR [--merge]] [--base-model ID_OR_PATH] [--token T]
     grpo-hub space deploy OWNER/NAME [--base-model ID] [--adapters SPECS] [--open-models] [--token T]
     grpo-hub compare [--base-model ID] [--adapters SPECS] [--host 127.0.0.1] [--port 7860]
+    grpo-hub vllm-serve --model ID_OR_PATH [--port 8000] [--tensor-parallel-size N] [--enable-lora
+                        [--max-lora-rank R]] [--dtype auto] [-- VLLM_FLAGS...]
 
 Each prints a few human-readable lines (`--json`: one JSON object for scripts). A failure prints
 `grpo-hub: error: <what went wrong and the fix>` to stderr and exits with status 1. A bare `grpo-hub`
@@ -16,6 +18,7 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from typing import NoReturn
 
 _JSON = argparse.ArgumentParser(add_help=False)
 _JSON.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
@@ -190,7 +193,76 @@ def register_compare(subparsers) -> None:
     compare.set_defaults(run=_run_compare)
 
 
-SUBCOMMANDS = (register_push, register_pull, register_space, register_compare)
+VLLM_SERVE_HELP = """Start vLLM's OpenAI server with what grpo_hub's server mode needs: grpo_hub's worker extension and
+VLLM_SERVER_DEV_MODE=1 (vllm_server_sync='merged'), processed log-probs (the IS correction), runtime LoRA loading and,
+with --enable-lora, LoRA up to --max-lora-rank (vllm_server_sync='adapter'); the same command the recipe's
+--vllm_server_start runs. It serves trainers with use_vllm=True, vllm_mode='server',
+vllm_server_base_url='http://THIS_HOST:PORT', vllm_server_sync 'auto' / 'merged' (and 'adapter' with --enable-lora),
+max_staleness >= 0, and a vllm_server_sync_dir this machine reads at the same path (the same machine, or a shared
+filesystem). Train the model it serves, in --dtype (the trainer's: float32, or bfloat16 with bf16=True). The dev-mode
+endpoints load weights from paths: bind --host to a trusted network."""
+
+
+def _run_vllm_serve(args: argparse.Namespace) -> NoReturn:
+    """Replace this process with the vLLM server (its output, signals and exit status are the server's)."""
+    import os
+
+    from grpo_hub.generation import server_process
+
+    server_process.require_vllm("grpo-hub vllm-serve")
+    if args.max_lora_rank is not None and not args.enable_lora:
+        raise ValueError("--max-lora-rank bounds the LoRA adapters it serves. Fix: add --enable-lora.")
+    argv = server_process.server_command(
+        args.model, port=args.port, dtype=args.dtype, host=args.host, max_model_len=args.max_model_len,
+        lora_rank=(args.max_lora_rank or 16) if args.enable_lora else None,
+        tensor_parallel_size=args.tensor_parallel_size,
+    ) + (args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args)  # fmt: skip
+    env = server_process.server_env(os.environ, cores=None, gpus=None)
+    added = " ".join(f"{k}={v}" for k, v in env.items() if os.environ.get(k) != v)
+    host = "<this machine's address>" if args.host in ("0.0.0.0", "::") else args.host
+    print(
+        f"grpo-hub vllm-serve: for trainers with use_vllm=True, vllm_mode='server', "
+        f"vllm_server_base_url='http://{host}:{args.port}'\n"
+        f"running: {added} {' '.join(argv)}",
+        flush=True,
+    )
+    os.execve(argv[0], argv, env)
+
+
+def register_vllm_serve(subparsers) -> None:
+    """`grpo-hub vllm-serve`: a vLLM server for grpo_hub's server mode (this machine or another node)."""
+    serve = subparsers.add_parser(
+        "vllm-serve",
+        help="start a vLLM server for grpo_hub's server mode (vllm_mode='server')",
+        description=VLLM_SERVE_HELP,
+        epilog="further vLLM flags go after `--`, e.g. -- --gpu-memory-utilization 0.5. GPUs: CUDA_VISIBLE_DEVICES. "
+        "On CPU the KV cache is VLLM_CPU_KVCACHE_SPACE GiB (1 unless set).",
+    )
+    serve.add_argument("--model", required=True, help="Hub id or folder: the model the trainer trains")
+    serve.add_argument(
+        "--host", default="0.0.0.0", help="address to bind (default 0.0.0.0, as `trl vllm-serve`)"
+    )
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs per model copy (default 1)")
+    serve.add_argument(
+        "--enable-lora", action="store_true", help="serve LoRA adapters (vllm_server_sync='adapter')"
+    )
+    serve.add_argument(
+        "--max-lora-rank",
+        type=int,
+        help="largest adapter rank served, rounded up to a bound vLLM takes (default 16)",
+    )
+    serve.add_argument(
+        "--dtype",
+        default="auto",
+        help="weights' dtype; set the trainer's (default auto: vLLM's, bfloat16 on CPU)",
+    )
+    serve.add_argument("--max-model-len", type=int, help="longest prompt + completion (default: the model's)")
+    serve.add_argument("vllm_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    serve.set_defaults(run=_run_vllm_serve)
+
+
+SUBCOMMANDS = (register_push, register_pull, register_space, register_compare, register_vllm_serve)
 
 
 def build_parser() -> argparse.ArgumentParser:

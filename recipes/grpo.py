@@ -370,6 +370,10 @@ def local_vllm_server(recipe_args: RecipeArguments, training_args: GRPOHubConfig
         fail(
             "--vllm_server_start: a local server serves vllm_mode 'server'. Fix: add --use_vllm true --vllm_mode server."
         )
+    try:
+        server_process.require_vllm("--vllm_server_start")
+    except ValueError as error:
+        fail(str(error))
     training_args.vllm_server_base_url = f"http://127.0.0.1:{training_args.vllm_server_port}"
     if recipe_args.vllm_server_cores is not None:
         rest = set(os.sched_getaffinity(0)) - server_process.parse_cores(recipe_args.vllm_server_cores)

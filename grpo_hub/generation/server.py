@@ -25,6 +25,8 @@ import json
 import os
 import tempfile
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -42,9 +44,18 @@ CHECKPOINT_METHOD = "grpo_hub_reload_checkpoint"
 # generated token; on CPU the LoRA path measured 3.5x slower per batch, so a CPU server always takes merged weights).
 GPU_ADAPTER_BYTES = 1 << 30
 SERVER_FIX = (
-    "start one with `python -m vllm.entrypoints.openai.api_server --model <model> --logprobs-mode processed_logprobs "
-    f"--worker-extension-cls {EXTENSION}` (docs/vllm.md), or let the recipe start it (--vllm_server_start true)"
+    "start one with `grpo-hub vllm-serve --model <model>` (docs/vllm.md), or let the recipe start it "
+    "(--vllm_server_start true)"
 )
+
+
+def healthy(base_url: str) -> bool:
+    """Whether the server at `base_url` answers /health with 200 now."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/health", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def syncs_over_http(requested: str, *, has_extension: bool, has_runtime_lora: bool, has_cuda: bool) -> bool:
@@ -56,14 +67,20 @@ def syncs_over_http(requested: str, *, has_extension: bool, has_runtime_lora: bo
     return has_extension or has_runtime_lora or not has_cuda
 
 
-def choose_sync(requested: str, *, has_adapter: bool, server_device: str, base_bytes: int) -> str:
-    """The sync mode 'auto' stands for: merged weights without an adapter or on a CPU server (vLLM's CPU LoRA path
-    generates ~3.5x slower, docs/vllm.md), the adapter on a GPU server once the base weights reach GPU_ADAPTER_BYTES."""
+def choose_sync(requested: str, *, has_adapter: bool, server_device: str, base_bytes: int) -> tuple[str, str]:
+    """(mode, why) of the sync 'auto' stands for: merged weights without an adapter or on a CPU server (vLLM's CPU
+    LoRA path generates ~3.5x slower, docs/vllm.md), the adapter on a GPU server once the base weights reach
+    GPU_ADAPTER_BYTES; an explicit mode is kept, with why = f"{FIELD}='{mode}'"."""
     if requested != AUTO:
-        return requested
-    if not has_adapter or server_device == "cpu":
-        return MERGED
-    return ADAPTER if base_bytes >= GPU_ADAPTER_BYTES else MERGED
+        return requested, f"{FIELD}='{requested}'"
+    if not has_adapter:
+        return MERGED, "auto: no LoRA adapter, so the full weights"
+    if server_device == "cpu":
+        return MERGED, "auto: a CPU server, where vLLM's LoRA path generates ~3.5x slower"
+    size = f"{base_bytes / GPU_ADAPTER_BYTES:.2f} GiB of base weights"
+    if base_bytes >= GPU_ADAPTER_BYTES:
+        return ADAPTER, f"auto: a GPU server and {size} (>= 1 GiB: cheaper to send the adapter only)"
+    return MERGED, f"auto: a GPU server and {size} (< 1 GiB: the merged sync is cheap)"
 
 
 def check_server_logprobs_mode(server_info: dict) -> None:
@@ -144,6 +161,13 @@ def make_http_sync_client(requested: str):
         over_http = True
 
         def check_server(self, total_timeout: float = 0.0, retry_interval: float = 2.0):
+            """TRL's wait for /health, which says nothing while it waits: here one line first says what for."""
+            if not healthy(self.base_url):
+                print(
+                    f"waiting up to {total_timeout:g} s for a vLLM server to answer {self.base_url}/health "
+                    f"(vllm_server_timeout); {SERVER_FIX}",
+                    flush=True,
+                )
             try:
                 super().check_server(total_timeout, retry_interval)
             except (ConnectionError, requests.exceptions.ConnectionError):  # TRL raises the latter

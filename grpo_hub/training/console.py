@@ -7,7 +7,8 @@ with the lines above it); when stdout is not a terminal (a log file, CI, nohup, 
 `LineProgress`, plain lines and no bar, since tqdm's carriage-return redraws would land inside the lines
 (`plain_upstream_bars` turns off the bars transformers and datasets draw, e.g. while loading weights). `quiet_upstream_warnings()`
 hides the FutureWarnings transformers raises about its own renamed internals (gradient_checkpointing ->
-activation_checkpointing, triggered by TRL, not by the user); warnings about the user's own settings stay.
+activation_checkpointing, triggered by TRL, not by the user) and TRL's out-of-range warning for the vLLM version grpo_hub
+tests; warnings about the user's own settings stay.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from transformers.trainer_callback import ProgressCallback, TrainerCallback
 # transformers' own deprecations of its internals ("`x` is deprecated and will be removed in v6. Use `y`"),
 # raised from inside transformers when TRL calls the old names; nothing in the user's config triggers them.
 UPSTREAM_DEPRECATION = r"`\w+` is deprecated and will be removed in v6"
+# TRL 1.16 warns (at import, once per importing module) that vLLM is outside 0.22-0.31; grpo_hub pins and tests 0.32.
+TESTED_VLLM_OUT_OF_RANGE = r"TRL currently supports vLLM versions from \S+ to \S+ You have version 0\.32\."
 
 
 def progress_line(step: int, max_steps: int, logs: dict) -> str | None:
-    """'step 12/30  reward 0.734 ±0.210  kl 0.0012  zero-signal 25%  0.93 s/step'; None for logs without a
-    reward (the end-of-training summary)."""
+    """'step 12/30  reward 0.734 ±0.210  kl 0.0012  zero-signal 25%  0.93 s/step'; with asynchronous rollouts also
+    'staleness 1.0  generation wait 0.01 s' (the trainer's wait for the server: for the batch, and before a weight
+    sync for running requests). None for logs without a reward (the end-of-training summary)."""
     if "reward" not in logs:
         return None
     parts = [f"step {step}/{max_steps}", f"reward {logs['reward']:.3f}"]
@@ -34,6 +38,9 @@ def progress_line(step: int, max_steps: int, logs: dict) -> str | None:
         parts.append(f"kl {logs['kl']:.4f}")
     if "frac_reward_zero_std" in logs:
         parts.append(f"zero-signal {logs['frac_reward_zero_std']:.0%}")
+    if "async/staleness" in logs:  # asynchronous rollouts (max_staleness > 0)
+        waited = logs.get("async/wait_seconds", 0.0) + logs.get("async/sync_wait_seconds", 0.0)
+        parts.append(f"staleness {logs['async/staleness']:.1f}  generation wait {waited:.2f} s")
     if "step_time" in logs:
         parts.append(f"{logs['step_time']:.2f} s/step")
     return "  ".join(parts)
@@ -81,7 +88,16 @@ def plain_upstream_bars() -> None:
 
 
 def quiet_upstream_warnings() -> None:
-    """Hide transformers' FutureWarnings about its own renamed internals (see UPSTREAM_DEPRECATION)."""
+    """Hide transformers' FutureWarnings about its own renamed internals (see UPSTREAM_DEPRECATION) and TRL's
+    warning about the vLLM version grpo_hub tests (`quiet_tested_vllm`)."""
     warnings.filterwarnings(
         "ignore", message=UPSTREAM_DEPRECATION, category=FutureWarning, module=r"transformers(\.|$)"
     )
+    quiet_tested_vllm()
+
+
+def quiet_tested_vllm() -> None:
+    """Hide TRL's "supports vLLM 0.22.0 to 0.31.0, you have 0.32.x" warning: grpo_hub pins and tests vLLM 0.32 (any
+    other version outside TRL's range still warns). `grpo_hub.training` calls it when imported, since TRL warns while
+    its vLLM modules load."""
+    warnings.filterwarnings("ignore", message=TESTED_VLLM_OUT_OF_RANGE, category=UserWarning)

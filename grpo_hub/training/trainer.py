@@ -32,6 +32,7 @@ from grpo_hub.algos.loss_denominator import batch_counts, micro_batch_denominato
 from grpo_hub.generation.adapter_sync import adapter_engine
 from grpo_hub.generation.is_diagnostics import edit_is_weights
 from grpo_hub.generation.server import http_sync_client
+from grpo_hub.generation.server_process import require_vllm
 from grpo_hub.generation.vllm_setup import ServerSettings, prepare_colocate, prepare_server
 from grpo_hub.training import features, filtering, scored_batch
 from grpo_hub.training.batch_stream import (
@@ -77,6 +78,8 @@ class GRPOHubTrainer(GRPOTrainer):
             raise ValueError(
                 f"`args` must be a GRPOHubConfig, got {type(args).__name__}; build a GRPOHubConfig."
             )
+        if args.use_vllm:  # before TRL's ImportError, which names another package's extra
+            require_vllm("`use_vllm`: training with vLLM")
         colocate_adapter = features.is_on("vllm_adapter_sync", args) and args.vllm_mode == "colocate"
         with (
             adapter_engine(colocate_adapter, model, kwargs.get("peft_config")),  # a LoRA-enabled engine

@@ -18,10 +18,19 @@ WITH_LORA = {"lora_config": {"max_lora_rank": 16}}
     ("merged", True, "cuda", 10 * GIB, "merged"),
 ])  # fmt: skip
 def test_auto_picks_by_device_and_weight_bytes(requested, has_adapter, device, size, chosen):
-    assert (
-        server.choose_sync(requested, has_adapter=has_adapter, server_device=device, base_bytes=size)
-        == chosen
-    )
+    mode, why = server.choose_sync(requested, has_adapter=has_adapter, server_device=device, base_bytes=size)
+    assert mode == chosen
+    assert why.startswith("auto: ") if requested == "auto" else why == f"vllm_server_sync='{requested}'"
+
+
+def test_auto_says_why_it_picked():
+    def why(has_adapter, device, size):
+        return server.choose_sync("auto", has_adapter=has_adapter, server_device=device, base_bytes=size)[1]
+
+    assert why(False, "cuda", GIB) == "auto: no LoRA adapter, so the full weights"
+    assert "a CPU server" in why(True, "cpu", 10 * GIB)
+    assert "2.00 GiB of base weights (>= 1 GiB" in why(True, "cuda", 2 * GIB)
+    assert "0.50 GiB of base weights (< 1 GiB" in why(True, "cuda", GIB // 2)
 
 
 def test_the_served_model_must_be_the_trained_one():
@@ -112,3 +121,34 @@ def test_auto_keeps_trls_nccl_sync_for_a_server_that_takes_no_http_sync(
         server.syncs_over_http(requested, has_extension=extension, has_runtime_lora=lora, has_cuda=cuda)
         is http
     )
+
+
+def test_waiting_for_a_server_says_at_once_what_for_and_how_long(capsys):
+    from tests.conftest import free_port
+
+    client_class = server.make_http_sync_client("auto")
+    client = client_class.__new__(client_class)  # TRL's __init__ would wait for the server itself
+    client.base_url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(ValueError, match="^`vllm_server_base_url`: no vLLM server answered"):
+        client.check_server(total_timeout=0.5, retry_interval=0.1)
+    assert capsys.readouterr().out.startswith(
+        f"waiting up to 0.5 s for a vLLM server to answer {client.base_url}/health (vllm_server_timeout); start one"
+    )
+
+
+def test_the_first_lines_name_the_server_the_sync_and_why():
+    from grpo_hub.generation.vllm_setup import generation_lines, nccl_reason
+
+    started = generation_lines("http://127.0.0.1:8000", "cores 1", "merged", "auto: a CPU server, ...", 1)
+    assert started[:2] == [
+        "generation: vLLM server at http://127.0.0.1:8000 (started here on cores 1)",
+        "weight sync: merged (auto: a CPU server, ...)",
+    ]
+    assert "max_staleness=1" in started[2] and "staleness and the wait for generation" in started[2]
+    joined = generation_lines("http://gen:8000", None, "nccl", nccl_reason("auto"), 0)
+    assert (
+        joined[0] == "generation: vLLM server at http://gen:8000 (joined: started elsewhere)"
+        and len(joined) == 2
+    )
+    assert "CUDA is here, so TRL's own sync" in joined[1]
+    assert nccl_reason("nccl") == "vllm_server_sync='nccl', TRL's own sync"

@@ -46,6 +46,31 @@ def test_server_command_has_what_both_syncs_need():
     )
 
 
+def test_tensor_parallel_size_goes_to_the_server_when_above_one():
+    argv = server_process.server_command("/m", port=1, dtype="auto", lora_rank=None, tensor_parallel_size=4)
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "4"
+    assert "--tensor-parallel-size" not in server_process.server_command(
+        "/m", port=1, dtype="auto", lora_rank=None
+    )
+
+
+def test_the_start_says_at_once_where_and_how_long_it_waits_and_is_known_as_started_here(tmp_path, capfd):
+    port = free_port()
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "1"}
+    server = server_process.LocalServer(stand_in(port, "--delay", "0.5"), env, tmp_path / "a.log", timeout=30,
+                                        cores=str(min(os.sched_getaffinity(0))))  # fmt: skip
+    assert server_process.started_here(server.base_url) is None
+    with server:
+        core = min(os.sched_getaffinity(0))
+        assert server_process.started_here(f"{server.base_url}/") == f"cores {core}, GPUs 1"
+    assert server_process.started_here(server.base_url) is None
+    assert capfd.readouterr().out.splitlines()[0] == (
+        f"starting a vLLM server at http://127.0.0.1:{port} on cores {core}, GPUs 1 (log: {tmp_path / 'a.log'}); "
+        "waiting up to 30 s for it to answer /health (vllm_server_timeout)"
+    )
+    assert server_process.placement(None, {}) == "this machine (no cores or GPUs given)"
+
+
 def test_server_env_turns_on_dev_mode_runtime_lora_and_the_devices():
     env = server_process.server_env({"PATH": "/bin"}, cores="2-3", gpus="1")
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"

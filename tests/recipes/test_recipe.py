@@ -172,6 +172,22 @@ def test_server_placement_needs_a_local_server(recipe, capsys, flag):
     )
 
 
+def test_a_local_server_without_vllm_is_one_line_before_anything_loads(recipe, capsys, monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    args = parse(recipe, "--config", str(CONFIGS / "chain-server.yaml"), "--output_dir", str(tmp_path))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info, recipe.local_vllm_server(*args[:2], "chain", None):
+        pass
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("grpo.py: error: --vllm_server_start needs vLLM") and "grpo-hub[vllm]" in err
+
+
 def test_cli_overrides_the_yaml(recipe):
     _, training_args, _ = parse(recipe, "--config", str(CONFIGS / "grpo.yaml"), "--max_steps", "7")
     assert training_args.max_steps == 7

@@ -1,6 +1,7 @@
 """The recipe with a local vLLM server (vLLM environment, the shipped chain model): it trains and stops the server;
 Ctrl-C and a server that dies mid-run leave no process of the server's group and no port bound, and a server failure
-leaves the last checkpoint whole."""
+leaves the last checkpoint whole. The recipe joins a server started by `grpo-hub vllm-serve`. The first lines say
+where generation happens and which weight sync runs; the step lines show staleness and the wait for generation."""
 
 import json
 import signal
@@ -63,6 +64,50 @@ def test_a_run_trains_against_its_own_server_and_stops_it(tmp_path):
     assert process.wait(timeout=600) == 0, (tmp_path / "console.log").read_text()[-3000:]
     summary = json.loads((out / "run_summary.json").read_text())
     assert summary["steps"] == 4 and (out / "adapter_model.safetensors").is_file()
+    assert server_groups(port) == [] and not listening(port)
+    says_where_generation_happens((tmp_path / "console.log").read_text(), port, "started here on cores 1")
+
+
+def says_where_generation_happens(console: str, port: int, origin: str) -> None:
+    """The run's first lines name the server and the weight sync, its step lines the staleness and the wait."""
+    url = f"http://127.0.0.1:{port}"
+    assert f"generation: vLLM server at {url} ({origin})" in console, console[-3000:]
+    assert (
+        "weight sync: merged (auto: a CPU server, where vLLM's LoRA path generates ~3.5x slower)" in console
+    )
+    assert "asynchronous rollouts: the server generates up to 1 batch(es) ahead (max_staleness=1)" in console
+    steps = [line for line in console.splitlines() if line.startswith("step ")]
+    assert steps and all("staleness " in line and "generation wait " in line for line in steps), steps
+    assert "TRL currently supports vLLM versions" not in console
+
+
+def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve(tmp_path):
+    """The documented server for another node, on this one: `grpo-hub vllm-serve` from the vLLM environment."""
+    from pathlib import Path
+
+    from grpo_hub.generation.server_process import LocalServer
+    from grpo_hub.tasks.chain_model import chain_model_path
+    from tests.training.vllm.engine import vllm_env, vllm_python
+
+    port = free_port()
+    serve = [str(Path(vllm_python()).parent / "grpo-hub"), "vllm-serve", "--model", chain_model_path(),
+             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]  # fmt: skip
+    with LocalServer(serve, {**vllm_env(), "OMP_NUM_THREADS": "1"}, tmp_path / "server.log", timeout=400,
+                     cores="1"):  # fmt: skip
+        assert server_groups(port)  # the console script became the server (exec): one process group to stop
+        out, url = tmp_path / "out", f"http://127.0.0.1:{port}"
+        command = [vllm_python(), str(RECIPE), "--config", str(CONFIGS / "chain.yaml"), "--use_vllm", "true",
+                   "--vllm_mode", "server", "--vllm_server_base_url", url, "--vllm_importance_sampling_mode",
+                   "token_truncate", "--max_staleness", "1", "--max_steps", "3", "--output_dir", str(out)]  # fmt: skip
+        done = subprocess.run(
+            command, cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True, timeout=600
+        )
+        console = done.stdout + done.stderr
+        assert done.returncode == 0, console[-3000:]
+    assert "grpo-hub vllm-serve: for trainers with use_vllm=True" in (tmp_path / "server.log").read_text()
+    assert json.loads((out / "run_summary.json").read_text())["steps"] == 3
+    assert (out / "reward_curve.png").is_file()
+    says_where_generation_happens(console, port, "joined: started elsewhere")
     assert server_groups(port) == [] and not listening(port)
 
 

