@@ -27,8 +27,9 @@ BENCHMARKS = {
     "dynamic_sampling": ["--steps", "3"],
     "selective_rollout": ["--quick"],
     "time_to_accuracy": ["--quick"],
+    "scoring_forward": ["--quick"],
 }
-DEVICE_AWARE = ("filtering",)  # benchmarks that take --device
+DEVICE_AWARE = ("filtering", "scoring_forward")  # benchmarks whose --device cuda path this runner uses
 
 
 def machine_line() -> str:

@@ -18,6 +18,7 @@ recipe's run_summary.json). FSDP with the reference adapter is refused by design
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,10 @@ REFUSED = {("fsdp2", "ref-refresh"): "refused by design: FSDP + reference adapte
 # not active on CPU, so --cpu leaves it out.
 CPU_CONFIGS = ("single", "zero2", "zero3")
 SUMMARY_FILE = "run_summary.json"  # written by recipes/grpo.py
+# The line naming why a run failed: the child's exception, not the launcher's ChildFailedError that follows it.
+CAUSE = re.compile(
+    r"^(?:\[rank\d+\]: )?(?:[\w.]+\.)?(?!ChildFailedError)\w*(?:Error|Exception|Interrupt)\b.*$"
+)
 FIRST_PORT = 29500  # accelerate's default main process port; run i of a --jobs batch takes FIRST_PORT + i
 
 
@@ -56,8 +61,15 @@ def command(
     return cmd
 
 
-def run_one(cmd: list[str], output_dir: Path, timeout: float) -> dict:
-    """Run one command; {exit, reward_first, reward_last, seconds, tail} (rewards None when no summary)."""
+def failure_cause(output: str) -> str:
+    """The last exception line a run printed (the child's, under accelerate's `[rankN]: ` prefix), else its tail."""
+    causes = [line for line in output.splitlines() if CAUSE.match(line.strip())]
+    return causes[-1].strip() if causes else " ".join(output.split())[-200:]
+
+
+def run_one(cmd: list[str], output_dir: Path, timeout: float, log: Path | None = None) -> dict:
+    """Run one command; {exit, reward_first, reward_last, seconds, cause} (rewards None when no summary; cause: why it
+    failed, from `failure_cause`). `log`: where its whole output goes too."""
     start = time.perf_counter()
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     try:
@@ -67,6 +79,8 @@ def run_one(cmd: list[str], output_dir: Path, timeout: float) -> dict:
         code, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as expired:
         code, output = "timeout", str(expired.stdout or "")
+    if log is not None:
+        log.write_text(output)
     summary_path = output_dir / SUMMARY_FILE
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     return {
@@ -74,7 +88,7 @@ def run_one(cmd: list[str], output_dir: Path, timeout: float) -> dict:
         "reward_first": summary.get("reward_first"),
         "reward_last": summary.get("reward_last"),
         "seconds": time.perf_counter() - start,
-        "tail": output[-600:],
+        "cause": failure_cause(output) if code != 0 else "",
     }
 
 
@@ -91,7 +105,7 @@ def table(results: dict[tuple[str, str], dict]) -> str:
         if note and result["exit"] == 0:
             note = "UNEXPECTED: ran although " + note
         elif not note and result["exit"] != 0:
-            note = "FAILED: " + " ".join(result["tail"].split())[-200:]
+            note = "FAILED: " + result["cause"]
         lines.append(
             f"| {config} | {recipe} | {result['exit']} | {reward} | {result['seconds']:.0f} | {note} |"
         )
@@ -108,6 +122,9 @@ def main(argv=None) -> int:
     parser.add_argument("--recipes", nargs="+", choices=RECIPES, default=list(RECIPES))
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (their timings are then shared)")
+    parser.add_argument(
+        "--logs", type=Path, help="write each run's whole output here, as <config>-<recipe>.log"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     cli = parser.parse_args(argv)
     steps = cli.steps or (3 if cli.cpu else 30)
@@ -129,8 +146,15 @@ def main(argv=None) -> int:
             print(" ".join(runs[(config, recipe)][0]), flush=True)
         if cli.dry_run:
             return 0
+        if cli.logs:
+            cli.logs.mkdir(parents=True, exist_ok=True)
         with ThreadPoolExecutor(max_workers=cli.jobs) as pool:
-            futures = {key: pool.submit(run_one, cmd, out, cli.timeout) for key, (cmd, out) in runs.items()}
+            futures = {
+                key: pool.submit(
+                    run_one, cmd, out, cli.timeout, cli.logs and cli.logs / f"{key[0]}-{key[1]}.log"
+                )
+                for key, (cmd, out) in runs.items()
+            }
             results = {key: future.result() for key, future in futures.items()}
     print(table(results))
     unexpected = [key for key, r in results.items() if (r["exit"] == 0) == (key in REFUSED)]

@@ -81,7 +81,7 @@ def test_memory_table(sections):
         finite(rows[variant][4])
 
 
-@pytest.mark.parametrize("name", ["filtering", "reference"])
+@pytest.mark.parametrize("name", ["filtering", "reference", "scoring_forward"])
 def test_other_benchmarks_print_finite_ratios(sections, name):
     numbers = re.findall(r"-?\d+\.\d+|nan|inf", sections[name])
     assert numbers, sections[name]

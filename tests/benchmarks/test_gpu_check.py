@@ -1,12 +1,16 @@
 """benchmarks/gpu_check.py: its command matrix, its table, its exit status; the CUDA paths fail clearly
 without a GPU. (The runs themselves are the recipe's, tested in tests/recipes.)"""
 
+import sys
+
 import pytest
 import torch
 
 from benchmarks import gpu_check
 from benchmarks.__main__ import main as benchmarks_main
 from benchmarks.filtering import main as filtering_main
+from benchmarks.scoring_forward import main as scoring_forward_main
+from benchmarks.time_to_accuracy import main as time_to_accuracy_main
 
 
 def test_dry_run_lists_every_config_and_recipe_with_one_process(capsys):
@@ -39,7 +43,7 @@ def result(code, first=None, last=None):
         "reward_first": first,
         "reward_last": last,
         "seconds": 12.0,
-        "tail": "ValueError: boom",
+        "cause": "ValueError: boom" if code else "",
     }
 
 
@@ -61,7 +65,7 @@ def test_exit_status_counts_unexpected_outcomes(monkeypatch, tmp_path):
     monkeypatch.setattr(
         gpu_check,
         "run_one",
-        lambda cmd, out, timeout: outcomes[cmd[cmd.index("--config") + 1].split("/")[-1][:-5]],
+        lambda cmd, out, timeout, log=None: outcomes[cmd[cmd.index("--config") + 1].split("/")[-1][:-5]],
     )
     assert gpu_check.main(["--cpu", "--configs", "single"]) == 0
     assert gpu_check.main(["--cpu", "--configs", "fsdp2"]) == 1  # fsdp2 + ref-refresh ran: unexpected
@@ -69,10 +73,47 @@ def test_exit_status_counts_unexpected_outcomes(monkeypatch, tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a CUDA GPU")
 @pytest.mark.parametrize(
-    "main", [benchmarks_main, filtering_main], ids=["benchmarks", "benchmarks.filtering"]
+    "main",
+    [benchmarks_main, filtering_main, scoring_forward_main, time_to_accuracy_main],
+    ids=["benchmarks", "benchmarks.filtering", "benchmarks.scoring_forward", "benchmarks.time_to_accuracy"],
 )
-def test_device_cuda_without_a_gpu_fails_with_the_fix(main):
+def test_device_cuda_without_a_gpu_fails_with_the_fix(main, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["benchmark", "--device", "cuda"])  # time_to_accuracy reads sys.argv
     with pytest.raises(SystemExit) as exit_info:
-        main(["--device", "cuda"])
+        main(["--device", "cuda"]) if main is not time_to_accuracy_main else main()
     message = str(exit_info.value.code)
     assert "--device cuda" in message and "sees no CUDA GPU" in message and "--device cpu" in message
+
+
+def test_runs_at_once_each_get_their_own_port(capsys):
+    gpu_check.main(["--dry-run", "--jobs", "4"])
+    commands = capsys.readouterr().out.strip().splitlines()
+    ports = [c.split("--main_process_port ")[1].split()[0] for c in commands]
+    assert len(set(ports)) == len(commands) == 8
+
+
+LAUNCHER_FAILURE = """\
+[rank0]:   File "recipes/grpo.py", line 10, in main
+[rank0]: RuntimeError: FSDP2 cannot shard a tied weight twice
+E1126 19:56:04 api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 14927)
+Traceback (most recent call last):
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+"""
+
+
+def test_a_failure_is_named_by_the_childs_exception_not_the_launchers():
+    assert (
+        gpu_check.failure_cause(LAUNCHER_FAILURE)
+        == "[rank0]: RuntimeError: FSDP2 cannot shard a tied weight twice"
+    )
+    assert gpu_check.failure_cause("no exception\nat all") == "no exception at all"
+
+
+def test_each_runs_whole_output_is_kept_with_logs(tmp_path):
+    script = "import sys; print('ValueError: early'); print('line'); sys.exit(3)"
+    log = tmp_path / "run.log"
+    result = gpu_check.run_one([sys.executable, "-c", script], tmp_path, timeout=60, log=log)
+    assert result["exit"] == 3 and result["cause"] == "ValueError: early"
+    assert log.read_text() == "ValueError: early\nline\n" and result["reward_first"] is None

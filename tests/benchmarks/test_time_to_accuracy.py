@@ -1,6 +1,7 @@
 """benchmarks/time_to_accuracy.py, accuracy_summary.py and clocks.py: the smoothing rule, the GPU calibration, the
 summary's ratios on both clocks against a naive computation, and a short run's evaluation points."""
 
+import json
 import math
 import random
 from pathlib import Path
@@ -200,6 +201,7 @@ def test_merge_keeps_the_preset_file_of_the_files_that_ran_it(tmp_path):
     [
         ({"budget": 20.0}, "has budget 20.0"),
         ({"model_build": "0123456789"}, "has model_build '0123456789'"),
+        ({"device": "NVIDIA H100 80GB HBM3"}, "has device 'NVIDIA H100 80GB HBM3'"),
         ({"recipe_settings": {"learning_rate": 1.0}}, "has recipe_settings"),
         ({"configs": {"trl": {}, "fast": {"dynamic_sampling": True}}}, "configuration 'fast' is"),
     ],
@@ -210,6 +212,25 @@ def test_merge_refuses_files_of_another_testbed_or_configuration_in_one_line(tmp
     with pytest.raises(SystemExit, match=message) as stop:
         tta.merge([first, other])
     assert "\n" not in str(stop.value.code)
+
+
+def test_a_record_from_before_the_device_key_is_a_cpu_run_and_gpu_runs_name_their_clock(tmp_path):
+    runs = {"trl": [points([0.3, 0.4])]}
+    old = _stored(tmp_path, "old", [0], runs)
+    record = json.loads(Path(old).read_text())
+    del record["run"]["device"]
+    Path(old).write_text(json.dumps(record))
+    merged, _ = tta.merge([old, _stored(tmp_path, "new", [1], runs)])
+    assert (
+        merged["device"] == "cpu"
+        and tta.measured_clock(merged) == "CPU"
+        and "on one core" in tta.describe(merged)
+    )
+    with pytest.raises(SystemExit, match="has device 'NVIDIA H100 80GB HBM3'"):
+        tta.merge([old, _stored(tmp_path, "gpu", [1], runs, device="NVIDIA H100 80GB HBM3")])
+    gpu = {**merged, "device": "NVIDIA H100 80GB HBM3"}
+    assert tta.measured_clock(gpu) == "GPU wall (NVIDIA H100 80GB HBM3)"
+    assert "of NVIDIA H100 80GB HBM3 wall time" in tta.describe(gpu)
 
 
 def test_the_stored_run_describes_itself():
