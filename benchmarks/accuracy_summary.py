@@ -11,15 +11,15 @@ from benchmarks import clocks
 def calibration(trl_runs: list[list[dict]], share: float) -> clocks.UnitCosts:
     """GPU unit costs from plain TRL's totals at the end of its runs, mean over seeds."""
     finals = [runs[-1] for runs in trl_runs]
-    mean = {k: statistics.fmean(p[k] for p in finals) for k in ("generated_tokens", "micro_steps", "time")}
-    return clocks.calibrate(mean["generated_tokens"], mean["micro_steps"], mean["time"], share)
+    mean = {k: statistics.fmean(p[k] for p in finals) for k in ("generated_rows", "micro_steps", "time")}
+    return clocks.calibrate(mean["generated_rows"], mean["micro_steps"], mean["time"], share)
 
 
 def clock_times(runs: list[dict], clock: str, costs: clocks.UnitCosts) -> list[float]:
     """The evaluation times of one run on `clock` ("cpu": measured; "gpu": modeled with `costs`)."""
     if clock == "cpu":
         return [p["time"] for p in runs]
-    return [costs.seconds(p["generated_tokens"], p["micro_steps"]) for p in runs]
+    return [costs.seconds(p["generated_rows"], p["micro_steps"]) for p in runs]
 
 
 def mean_curve(trl_runs: list[list[dict]], clock: str, costs: clocks.UnitCosts) -> tuple[list, list]:
@@ -98,7 +98,7 @@ def print_report(results: dict, summary: dict, header: str, measured: str = "CPU
     targets = ", ".join(f"{float(f):.0%} {t:.4f}" for f, t in summary["targets"].items())
     print(f"targets = plain TRL's mean held-out accuracy at a fraction of its budget: {targets}")
     print(
-        f"GPU clock: generated tokens x {summary['costs']['token']:.3g} s + micro-steps x "
+        f"GPU clock: generated rows x {summary['costs']['row']:.3g} s + micro-steps x "
         f"{summary['costs']['micro_step']:.3g} s (plain TRL's generation share {summary['gpu_share']:.0%})"
     )
     trl = summary["configs"]["trl"]

@@ -2,15 +2,19 @@
 
 The GPU model prices a run's counted work with two per-unit costs:
 
-    gpu_seconds = c_token * generated_tokens + c_micro * micro_steps
+    gpu_seconds = c_row * generated_rows + c_micro * micro_steps
 
 calibrated on plain TRL so that its modeled time equals its measured CPU time and a share `share` of it is
-generation: c_token = share * T / tokens_trl, c_micro = (1 - share) * T / micro_steps_trl (T, tokens_trl,
+generation: c_row = share * T / rows_trl, c_micro = (1 - share) * T / micro_steps_trl (T, rows_trl,
 micro_steps_trl: plain TRL's totals, mean over seeds). The default share 0.90 is the H100 measurement of
-../shared/DESIGN.md (Qwen2.5-0.5B, bf16, 64 rows x 256 tokens, HF generate: 6.4 s of a 7.1 s GRPO step is
-generation). An optimizer step is priced as part of its micro-steps (a LoRA update is small next to a forward
-and backward on a GPU), and a generated token costs the same whatever the batch it is in (the conservative
-choice for a change that skips rows: with latency-bound HF generate a smaller batch saves less).
+../shared/DESIGN.md (Qwen2.5-0.5B, bf16, 64 rows x 256 tokens, HF generate: 6.4 s of a 7.1 s GRPO step; 0.92 in
+`benchmarks.scoring_forward` on an H100, 2026-11-26). A generated row, not a token, is the unit: HF generate on a
+GPU is latency-bound and runs a batch until its longest completion ends, so a batch of shorter completions costs
+the same (measured on an H100, docs/time-to-accuracy.md: priced per token, the model was optimistic by up to 0.10
+for runs with shorter completions; priced per row it is within 0.10 of every measured ratio). At a fixed generation
+batch a row is a fixed share of a batch; a configuration that generates smaller batches (selective_rollout_mode:
+shrink) is credited per row, which flatters it. An optimizer step is priced as part of its micro-steps (a LoRA
+update is small next to a forward and backward on a GPU).
 
 Reached (the smoothing rule of docs/time-to-accuracy.md): the first evaluation whose accuracy and the next one's
 are both >= the target (the last evaluation counts alone).
@@ -28,21 +32,21 @@ TARGET_FRACTIONS = (0.5, 0.75, 1.0)  # targets: plain TRL's mean accuracy at the
 
 @dataclass(frozen=True)
 class UnitCosts:
-    """Modeled GPU seconds per generated token and per training micro-step."""
+    """Modeled GPU seconds per generated row and per training micro-step."""
 
-    token: float
+    row: float
     micro_step: float
 
-    def seconds(self, generated_tokens: float, micro_steps: float) -> float:
-        return self.token * generated_tokens + self.micro_step * micro_steps
+    def seconds(self, generated_rows: float, micro_steps: float) -> float:
+        return self.row * generated_rows + self.micro_step * micro_steps
 
 
-def calibrate(generated_tokens: float, micro_steps: float, seconds: float, share: float) -> UnitCosts:
-    """Unit costs under which a run that generated `generated_tokens` and ran `micro_steps` costs `seconds`,
+def calibrate(generated_rows: float, micro_steps: float, seconds: float, share: float) -> UnitCosts:
+    """Unit costs under which a run that generated `generated_rows` and ran `micro_steps` costs `seconds`,
     `share` of them generating (0 < share < 1)."""
     if not 0 < share < 1:
         raise ValueError(f"share must lie in (0, 1), got {share!r}")
-    return UnitCosts(share * seconds / generated_tokens, (1 - share) * seconds / micro_steps)
+    return UnitCosts(share * seconds / generated_rows, (1 - share) * seconds / micro_steps)
 
 
 def reached_at(times: list[float], accuracies: list[float], target: float) -> float | None:

@@ -184,7 +184,7 @@ class Meter(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, **kwargs):
         now = {"cpu": self.elapsed()}
         if self.costs:
-            now["gpu"] = self.costs.seconds(self.tokens, self.micro_steps)
+            now["gpu"] = self.costs.seconds(self.rows, self.micro_steps)
         crossed = False
         for clock, grid in self.grids.items():
             while grid and now[clock] >= grid[0]:

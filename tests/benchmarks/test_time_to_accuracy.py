@@ -35,25 +35,25 @@ def test_a_target_reached_at_the_start_is_not_never():
 def test_the_gpu_calibration_gives_plain_trl_its_time_and_generation_share():
     rng = random.Random(0)
     for _ in range(100):
-        tokens, micro, seconds, share = (
-            rng.uniform(1e3, 1e6),
+        rows, micro, seconds, share = (
+            rng.uniform(1e2, 1e5),
             rng.randint(1, 500),
             rng.uniform(1, 500),
             rng.random(),
         )
-        costs = clocks.calibrate(tokens, micro, seconds, share)
-        assert costs.seconds(tokens, micro) == pytest.approx(seconds)
-        assert costs.token * tokens / seconds == pytest.approx(share)
+        costs = clocks.calibrate(rows, micro, seconds, share)
+        assert costs.seconds(rows, micro) == pytest.approx(seconds)
+        assert costs.row * rows / seconds == pytest.approx(share)
     with pytest.raises(ValueError, match="share"):
         clocks.calibrate(1.0, 1, 1.0, 1.0)
 
 
 def naive_gpu_times(run, trl_runs, share):
-    tokens = sum(r[-1]["generated_tokens"] for r in trl_runs) / len(trl_runs)
+    rows = sum(r[-1]["generated_rows"] for r in trl_runs) / len(trl_runs)
     micro = sum(r[-1]["micro_steps"] for r in trl_runs) / len(trl_runs)
     seconds = sum(r[-1]["time"] for r in trl_runs) / len(trl_runs)
     return [
-        share * seconds * p["generated_tokens"] / tokens + (1 - share) * seconds * p["micro_steps"] / micro
+        share * seconds * p["generated_rows"] / rows + (1 - share) * seconds * p["micro_steps"] / micro
         for p in run
     ]
 
@@ -77,7 +77,7 @@ def naive_ratios(results, clock, fraction, share):
         {
             "time": sum(r[i]["time"] for r in trl) / len(trl),
             "accuracy": {"all": sum(r[i]["accuracy"]["all"] for r in trl) / len(trl)},
-            "generated_tokens": sum(r[i]["generated_tokens"] for r in trl) / len(trl),
+            "generated_rows": sum(r[i]["generated_rows"] for r in trl) / len(trl),
             "micro_steps": sum(r[i]["micro_steps"] for r in trl) / len(trl),
         }
         for i in range(len(trl[0]))
@@ -99,13 +99,13 @@ def naive_ratios(results, clock, fraction, share):
 def test_summary_ratios_match_a_naive_computation_on_both_clocks():
     rng = random.Random(1)
 
-    def run(accuracies, tokens_per_second):
+    def run(accuracies, rows_per_second):
         return [
             {
                 "time": 10.0 * i,
                 "accuracy": {"all": a},
-                "generated_tokens": tokens_per_second * 10 * i,
-                "generated_rows": 4 * i,
+                "generated_tokens": 100 * 10 * i,  # tokens do not enter the GPU clock
+                "generated_rows": rows_per_second * 10 * i,
                 "trained_rows": 3 * i,
                 "micro_steps": 2 * i,
                 "optimizer_steps": i,
@@ -119,7 +119,7 @@ def test_summary_ratios_match_a_naive_computation_on_both_clocks():
 
     results = {
         name: [run(curve(), rate) for _ in range(3)]
-        for name, rate in (("trl", 100), ("fast", 60), ("slow", 180))
+        for name, rate in (("trl", 4), ("fast", 2.4), ("slow", 7.2))
     }
     for share in (0.7, 0.9):
         summary = accuracy_summary.summarize(results, budget=80.0, share=share)
@@ -149,7 +149,7 @@ def test_a_short_run_records_every_evaluation_point_and_the_work():
         assert 0 <= point["all_correct"] + point["all_wrong"] <= 1
     # a GPU clock that runs 3x slower than the CPU clock: the run goes on until it too has passed the budget,
     # evaluating at each of its grid points as well
-    per_second = last["generated_tokens"] / last["time"], last["micro_steps"] / last["time"]
+    per_second = last["generated_rows"] / last["time"], last["micro_steps"] / last["time"]
     slow_gpu = clocks.calibrate(per_second[0], per_second[1], 1 / 3, 0.9)
     recorded = tta.run("trl", 0, budget=4.0, points=2, extra=None, per_level=5, costs=slow_gpu)
     gpu = accuracy_summary.clock_times(recorded, "gpu", slow_gpu)
