@@ -128,6 +128,22 @@ class AsyncRollouts:
         self.metrics["async/in_flight"].append(float(len(self.queue)))
         return head.inputs
 
+    def next_batch(self, inputs: list, step: int, stream, prompt_ids) -> list:
+        """The batch to train at optimizer step `step`: launch `inputs` (the batch `stream` pulled last; at the start
+        and after a resume also k more read ahead from `stream`) and pop the oldest launched one. `prompt_ids(batch)`:
+        the token ids TRL's generate sends for a batch. The server must already serve step `step`'s policy."""
+        before = (stream.epoch, max(stream.consumed - stream.period, 0))  # `inputs` is the last batch pulled
+        self.launch(inputs, prompt_ids(inputs), step, before)
+        while self.priming():
+            before = (stream.epoch, stream.consumed)
+            ahead = stream.next_batch()
+            if ahead is None:  # the epoch has no full batch left
+                break
+            self.launch(ahead, prompt_ids(ahead), step, before)
+        head = self.pop(step)
+        stream.held = self.resume_position()
+        return head
+
     def serve(self, generate):
         """TRL's `VLLMGeneration.generate`, answering the popped batch's prompts with its completions (every other
         call, e.g. evaluation, goes to the server as TRL sends it)."""

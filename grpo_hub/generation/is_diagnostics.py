@@ -91,12 +91,17 @@ def log_is_diagnostics(output: dict, metrics, gather, *, settings: dict, low, hi
         low=low,
         high=high,
     )
-    per_rank = gather(sums.unsqueeze(0)).cpu()
+    append_is_diagnostics(gather(sums.unsqueeze(0)).cpu(), metrics, settings["mode"])
+
+
+def append_is_diagnostics(per_rank: torch.Tensor, metrics, mode: str) -> None:
+    """Append the vllm_is/* metrics of one generation batch from every rank's `local_is_sums` (rows: ranks); `mode`:
+    "truncate" or "mask"."""
     total, global_max = per_rank.sum(dim=0), per_rank[:, 6].max().item()
     tokens, units = max(total[3].item(), 1.0), max(total[4].item(), 1.0)
     metrics["vllm_is/abs_logp_diff_mean"].append(total[0].item() / tokens)
     metrics["vllm_is/abs_logp_diff_max"].append(global_max)
     metrics["vllm_is/kl_k1"].append(total[1].item() / tokens)
     metrics["vllm_is/kl_k3"].append(total[2].item() / tokens)
-    outside_key = "vllm_is/frac_truncated" if settings["mode"] == "truncate" else "vllm_is/frac_masked"
+    outside_key = "vllm_is/frac_truncated" if mode == "truncate" else "vllm_is/frac_masked"
     metrics[outside_key].append(total[5].item() / units)

@@ -40,6 +40,16 @@ class ServerSettings:
     num_generations: int
 
 
+def prepare_vllm(generation, settings: ServerSettings, *, colocate_adapter: bool, collectives, metrics):
+    """The weight sync TRL's `VLLMGeneration` runs: colocate (`prepare_colocate`, adapter-only with
+    `colocate_adapter`), or server mode with its checks and asynchronous rollouts (`prepare_server`, whose result,
+    the rollouts or None, is returned)."""
+    if generation.mode == "colocate":
+        prepare_colocate(generation, adapter_sync=colocate_adapter, adapter=settings.adapter)
+        return None
+    return prepare_server(generation, settings, collectives=collectives, metrics=metrics)
+
+
 def base_weight_bytes(model) -> int:
     """Bytes of the weights a merged sync sends (every parameter but the LoRA factors)."""
     return sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "lora_" not in n)

@@ -18,6 +18,7 @@ Every formula lives in `grpo_hub.algos`; the helpers of this wing get narrow inp
 from here. Nothing here copies TRL code.
 """
 
+import contextlib
 import copy
 import functools
 
@@ -29,11 +30,12 @@ from trl.trainer.utils import use_adapter
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos import loss_types
 from grpo_hub.algos.loss_denominator import batch_counts, micro_batch_denominator
+from grpo_hub.generation import loss_time_is
 from grpo_hub.generation.adapter_sync import adapter_engine
 from grpo_hub.generation.is_diagnostics import edit_is_weights
 from grpo_hub.generation.server import http_sync_client
 from grpo_hub.generation.server_process import require_vllm
-from grpo_hub.generation.vllm_setup import ServerSettings, prepare_colocate, prepare_server
+from grpo_hub.generation.vllm_setup import ServerSettings, prepare_vllm
 from grpo_hub.training import features, filtering, scored_batch
 from grpo_hub.training.batch_stream import (
     BatchStreamCallback,
@@ -62,7 +64,7 @@ from grpo_hub.training.reference import (
 from grpo_hub.training.run_record import run_record
 from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback, signature_columns
 from grpo_hub.training.turns import TurnCredit
-from grpo_hub.training.vllm_checks import uses_sampler_logprobs
+from grpo_hub.training.vllm_checks import is_path_line, scoring_forward_reason, uses_sampler_logprobs
 
 check_trl_seams(GRPOTrainer)
 
@@ -86,15 +88,15 @@ class GRPOHubTrainer(GRPOTrainer):
             http_sync_client(args.vllm_server_sync if features.is_on("vllm_server_sync", args) else None),
         ):
             super().__init__(model, reward_funcs, args=args, **kwargs)
-        self._rollouts = None  # asynchronous rollouts (max_staleness > 0)
+        # asynchronous rollouts (max_staleness > 0); vLLM's IS ratio from the training forward (where exact)
+        self._rollouts = self._loss_time_is = None
         if args.use_vllm:
             self._prepare_vllm(colocate_adapter)
         eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
+        multi_turn = any(kwargs.get(k) is not None for k in ("tools", "environment_factory", "rollout_func"))
         check_trainer_options(
             args,
-            multi_turn=any(
-                kwargs.get(k) is not None for k in ("tools", "environment_factory", "rollout_func")
-            ),
+            multi_turn=multi_turn,
             is_vlm=self._is_vlm,
             has_reference=self.beta != 0.0 or is_peft_model(self.model),
             datasets={"train_dataset": self.train_dataset}
@@ -106,9 +108,7 @@ class GRPOHubTrainer(GRPOTrainer):
         self._checked_reward_funcs = checked_reward_funcs(self.reward_funcs, self.reward_func_names)
         self._reward_transform = scored_batch.RewardTransform(args, len(self.reward_funcs))
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
-        self._zero_signal_kinds = scored_batch.ZeroSignalKinds(
-            args.zero_signal_eps
-        )  # top / bottom rewards seen
+        self._zero_signal_kinds = scored_batch.ZeroSignalKinds(args.zero_signal_eps)  # top/bottom rewards
         self._batch_stream = None  # the epoch read in generation batches, for refills and replacements
         self._resumed_from = None  # checkpoint whose stream position is being restored
         if args.dynamic_sampling or args.selective_rollout or self._rollouts is not None:
@@ -127,58 +127,48 @@ class GRPOHubTrainer(GRPOTrainer):
         )  # fmt: skip
         self._turn_credit = None  # per-turn advantages (training.turns)
         if args.turn_advantages:
-            names, weights = self.reward_func_names, self.reward_weights
-            self._turn_credit = TurnCredit(
-                self.reward_funcs, names, weights, args.turn_advantages, self._gather
-            )
+            funcs, names, weights = self.reward_funcs, self.reward_func_names, self.reward_weights
+            self._turn_credit = TurnCredit(funcs, names, weights, args.turn_advantages, self._gather)
 
     def _prepare_vllm(self, colocate_adapter: bool) -> None:
-        """The weight sync TRL's `VLLMGeneration` runs, and in server mode the server checks and the asynchronous
-        rollouts (grpo_hub.generation.vllm_setup)."""
-        args = self.args
-        if args.vllm_mode == "colocate":
-            adapter = trained_adapter_name(self.model) if colocate_adapter else None
-            prepare_colocate(self.vllm_generation, adapter_sync=colocate_adapter, adapter=adapter)
-            return
+        """Where vLLM's IS ratio comes from, and `generation.vllm_setup.prepare_vllm`: the weight sync, and in server
+        mode the server checks and the asynchronous rollouts."""
+        args, model, acc = self.args, self.model, self.accelerator
+        if args.vllm_importance_sampling_correction:
+            self._use_loss_time_is(scoring_forward_reason(args) is None)
+            if acc.is_main_process:
+                print(is_path_line(args), flush=True)
         settings = ServerSettings(
-            sync=args.vllm_server_sync,
-            sync_dir=args.vllm_server_sync_dir,
-            max_staleness=args.max_staleness,
-            reads_sampler_logprobs=uses_sampler_logprobs(args),
-            adapter=trained_adapter_name(self.model) if is_peft_model(self.model) else None,
-            model_name=self.model.config._name_or_path,
-            num_generations=self.num_generations,
-        )
-        collectives = (
-            gather_object,
-            lambda objects: broadcast_object_list(objects, from_process=0),
-            self.accelerator.process_index,
-            self.accelerator.is_main_process,
-        )
-        self._rollouts = prepare_server(
-            self.vllm_generation, settings, collectives=collectives, metrics=self._metrics["train"]
-        )
+            sync=args.vllm_server_sync, sync_dir=args.vllm_server_sync_dir, max_staleness=args.max_staleness,
+            reads_sampler_logprobs=uses_sampler_logprobs(args), model_name=model.config._name_or_path,
+            adapter=trained_adapter_name(model) if is_peft_model(model) else None, num_generations=self.num_generations,
+        )  # fmt: skip
+        broadcast = functools.partial(broadcast_object_list, from_process=0)
+        collectives = (gather_object, broadcast, acc.process_index, acc.is_main_process)
+        self._rollouts = prepare_vllm(
+            self.vllm_generation, settings, colocate_adapter=colocate_adapter, collectives=collectives,
+            metrics=self._metrics["train"],
+        )  # fmt: skip
         if self._rollouts is not None:
             self.add_callback(RolloutsCallback(self._rollouts))
 
+    def _use_loss_time_is(self, on: bool) -> None:
+        """Take vLLM's IS ratio from the training forward (`on`: where exact) instead of TRL's scoring forward."""
+        self._loss_time_is = None if not on else loss_time_is.LossTimeIS(
+            trl_mode=self.vllm_importance_sampling_mode, pooling=self.args.vllm_is_pooling,
+            low=self.vllm_importance_sampling_clip_min, high=self.vllm_importance_sampling_clip_max,
+            gather=self._gather, metrics=self._metrics["train"],
+        )  # fmt: skip
+        if on:
+            self.add_callback(loss_time_is.FlushCallback(self._loss_time_is))
+
     def _next_async_batch(self, inputs):
-        """max_staleness > 0: sync the server to this step's policy, launch `inputs` (at the start and after a resume
-        also k more read ahead), and return the oldest launched batch, whose completions TRL's generate is served."""
+        """max_staleness > 0: sync the server to this step's policy, then the oldest launched batch
+        (`AsyncRollouts.next_batch`), whose completions TRL's generate is served."""
         if self._last_loaded_step != self.state.global_step:
             self.vllm_generation.sync_weights()
             self._last_loaded_step = self.state.global_step
-        stream, step = self._batch_stream, self.state.global_step
-        before = (stream.epoch, max(stream.consumed - stream.period, 0))  # `inputs` is the last batch pulled
-        self._rollouts.launch(inputs, self._prompt_ids(inputs), step, before)
-        while self._rollouts.priming():
-            before = (stream.epoch, stream.consumed)
-            ahead = stream.next_batch()
-            if ahead is None:  # the epoch has no full batch left
-                break
-            self._rollouts.launch(ahead, self._prompt_ids(ahead), step, before)
-        head = self._rollouts.pop(step)
-        stream.held = self._rollouts.resume_position()
-        return head
+        return self._rollouts.next_batch(inputs, self.state.global_step, self._batch_stream, self._prompt_ids)
 
     def _prompt_ids(self, inputs) -> list:
         """The token ids TRL's `_generate` sends for these rows (its own `_tokenize_prompts`)."""
@@ -307,7 +297,9 @@ class GRPOHubTrainer(GRPOTrainer):
         if mode == "train" and self._rollouts is not None:  # asynchronous: train the oldest launched batch
             inputs = self._next_async_batch(inputs)
         check_batch_prompts(inputs, environment_prompts=self.environment_factories is not None)
-        output = super()._generate_and_score_completions(inputs)
+        in_loss = self._loss_time_is if mode == "train" else None  # vLLM IS ratio from the training forward
+        with loss_time_is.scoring_without_ratio(self, in_loss):
+            output = super()._generate_and_score_completions(inputs)
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         rank_rows = slice(
             self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs)
@@ -323,7 +315,7 @@ class GRPOHubTrainer(GRPOTrainer):
             output["advantages"] = self._turn_credit.assign(
                 output, rewards_per_func, group_size, rank_rows, norm, self._metrics[mode]
             )
-        if self.vllm_importance_sampling_correction:
+        if self.vllm_importance_sampling_correction and in_loss is None:
             edit_is_weights(
                 output,
                 self._metrics[mode],
@@ -353,18 +345,16 @@ class GRPOHubTrainer(GRPOTrainer):
 
     def _score_logps(self, output, use_reference: bool) -> torch.Tensor:
         """No-grad per-token log-probs of the policy, or of the PEFT base/"ref" adapter, on the scored rows."""
-        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        logits_to_keep = output["completion_ids"].size(1)
-
-        forward = functools.partial(
-            self._get_per_token_logps_and_entropies, self.model, input_ids, attention_mask, logits_to_keep
+        ids, mask = (
+            torch.cat([output[f"prompt_{k}"], output[f"completion_{k}"]], dim=1) for k in ("ids", "mask")
         )
-        if not use_reference:
-            return forward(batch_size=self.args.per_device_train_batch_size)[0]
         model = self.accelerator.unwrap_model(self.model)
-        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-            return forward(batch_size=self.args.per_device_train_batch_size)[0]
+        adapter = "ref" if use_reference and "ref" in model.peft_config else None
+        with use_adapter(model, adapter_name=adapter) if use_reference else contextlib.nullcontext():
+            keep, batch_size = output["completion_ids"].size(1), self.args.per_device_train_batch_size
+            return self._get_per_token_logps_and_entropies(
+                self.model, ids, mask, keep, batch_size=batch_size
+            )[0]
 
     def _drop_rows(self, output: dict, keep: torch.Tensor) -> dict:
         """Dynamic sampling: keep this rank's selected rows, padded to the row count all ranks agree on
@@ -427,6 +417,12 @@ class GRPOHubTrainer(GRPOTrainer):
 
     # --- seam 3: the loss ---
     def _compute_loss(self, model, inputs):
+        with loss_time_is.ratio_from_forward(
+            self, inputs, self._loss_time_is if self.model.training else None
+        ):
+            return self._loss(model, inputs)  # vLLM's IS ratio from its forward, where exact
+
+    def _loss(self, model, inputs):
         if self.args.uses_own_loss:
             return own_loss(
                 inputs,

@@ -122,3 +122,35 @@ def check_sampler_matches_trainer(config) -> None:
             "constrained decoding masks tokens in vLLM but not in the trainer, which biases the IS ratio.",
             f"unset it, or {fix}",
         )
+
+
+def scoring_forward_reason(config) -> str | None:
+    """Why TRL's no-grad scoring forward must run for vLLM's IS correction, or None where its `old_per_token_logps`
+    equal the training forward's detached log-probs, so the ratio is taken from that forward instead
+    (`generation.loss_time_is`; huggingface/trl#5412). They are equal when every generated row is trained once, by the
+    policy that generated it: one iteration, and a generation batch that ends with an optimizer step (TRL's own
+    alignment rule, `gradient_accumulation_steps % (steps_per_generation * num_iterations) == 0`)."""
+    if config.num_iterations != 1:
+        return (
+            f"num_iterations={config.num_iterations}: later iterations train rows scored by an older policy"
+        )
+    generate_every = config.steps_per_generation * config.num_iterations
+    if config.gradient_accumulation_steps % generate_every:
+        return (
+            f"steps_per_generation={config.steps_per_generation} does not divide gradient_accumulation_steps="
+            f"{config.gradient_accumulation_steps}: a generation batch spans optimizer steps"
+        )
+    if config.loss_type == "vespo":
+        return "loss_type='vespo': its weights read the IS ratio, a path not verified here"
+    return None
+
+
+def is_path_line(config) -> str:
+    """The line a run with vLLM's IS correction prints once: where its ratio comes from, and why."""
+    reason = scoring_forward_reason(config)
+    if reason is None:
+        return (
+            "vLLM IS correction: ratio from the training forward (on-policy: the old log-probs equal its own), "
+            "no scoring forward"
+        )
+    return f"vLLM IS correction: TRL's scoring forward computes the old log-probs ({reason})"

@@ -31,6 +31,7 @@ class Layout:
     num_iterations: int
     reward_funcs: int  # 1 or 2
     peft: bool
+    prompts_factor: int = 1  # more prompts than TRL reads, for a trainer that reads more (dynamic sampling)
 
     @property
     def name(self) -> str:
@@ -61,7 +62,7 @@ def prompts_needed(layout: Layout, num_processes: int) -> int:
     per_batch = ROWS_PER_MICRO_BATCH // NUM_GENERATIONS * layout.steps_per_generation * num_processes
     micro_steps = layout.max_steps * layout.gradient_accumulation_steps
     cycles = math.ceil(micro_steps / (layout.steps_per_generation * layout.num_iterations))
-    return per_batch * cycles
+    return per_batch * cycles * layout.prompts_factor
 
 
 def two_rank_kinds(layout: Layout, n_prompts: int) -> list[bool]:
@@ -91,9 +92,19 @@ def lora_config():
     return LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
 
 
-def train(trainer_kind: str, layout: Layout, settings: dict, output_dir, model_dir, num_processes: int = 1):
+def train(
+    trainer_kind: str,
+    layout: Layout,
+    settings: dict,
+    output_dir,
+    model_dir,
+    num_processes: int = 1,
+    vllm_is: dict | None = None,
+):
     """Train `layout` with plain TRL (`trainer_kind` "trl") or GRPOHubTrainer ("hub") and the config `settings`;
-    returns the trained trainer."""
+    returns the trained trainer. `vllm_is`: run TRL's vLLM IS path through the stand-in sampler
+    (tests/training/vllm_stand_in.py: `as_vllm_sampler`'s keyword arguments); the trainer's `scoring_forwards`
+    then counts the no-grad policy forwards outside generation."""
     if trainer_kind == "trl":
         from trl import GRPOConfig as config_cls
         from trl import GRPOTrainer as trainer_cls
@@ -121,6 +132,11 @@ def train(trainer_kind: str, layout: Layout, settings: dict, output_dir, model_d
         processing_class=tokenizer,
         peft_config=lora_config() if layout.peft else None,
     )
+    if vllm_is is not None:
+        from tests.training.vllm_stand_in import ScoringForwards, as_vllm_sampler
+
+        trainer.scoring_forwards = ScoringForwards(trainer.model)
+        as_vllm_sampler(trainer, trainer.scoring_forwards, **vllm_is)
     trainer.train()
     return trainer
 
