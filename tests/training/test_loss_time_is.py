@@ -256,3 +256,57 @@ def test_where_not_exact_trls_scoring_forward_runs(tmp_path, tiny_model_dir, lay
     mine = run(tmp_path, tiny_model_dir, "hub", layout, {}, True)
     assert mine["scoring_forwards"] == trl["scoring_forwards"] > 0
     torch.testing.assert_close(mine["weights"], trl["weights"], **CLOSE)
+
+
+# --- 2 CPU ranks: DDP (gloo) and DeepSpeed ZeRO-3, every variant of a stage in one launch ---
+TWO_RANK_VARIANTS = {  # variant: (grpo_hub settings, None: plain TRL; stand-in IS settings)
+    "trl": (None, {"loss_time": False}),
+    "loss_time": ({}, {"loss_time": True}),
+    "trl_path_filter": (
+        {"filter_zero_signal": True},
+        {"loss_time": False, "mode": "token_truncate", "high": 1.03},
+    ),
+    "loss_time_filter": (
+        {"filter_zero_signal": True},
+        {"loss_time": True, "mode": "token_truncate", "high": 1.03},
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=["cpu-ddp.yaml", "cpu-zero3.yaml"], ids=["ddp", "zero3"])
+def two_rank_is_runs(request):
+    """{variant: [rank 0, rank 1]} of TWO_RANK_VARIANTS on the ALIGNED layout, 2 ranks, one launch per config."""
+    from tests.conftest import requires
+    from tests.training.distributed.equivalence_worker import run_grid
+
+    if "zero3" in request.param:
+        requires("deepspeed", "ZeRO-3 on 2 CPU ranks")
+    settings = {name: hub for name, (hub, _) in TWO_RANK_VARIANTS.items()}
+    stand_in = {name: is_settings for name, (_, is_settings) in TWO_RANK_VARIANTS.items()}
+    runs = run_grid([ALIGNED], settings, config=request.param, vllm_is=stand_in)
+    return request.param, {variant: ranks for (_, variant), ranks in runs.items()}
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_ranks_take_the_ratio_from_the_training_forward_like_trl(two_rank_is_runs):
+    config, runs = two_rank_is_runs
+    for ranks in runs.values():
+        assert [r["world_size"] for r in ranks] == [2, 2] and ranks[0]["global_step"] >= 2
+        if "zero3" in config:
+            assert ranks[0]["distributed_type"] == "DistributedType.DEEPSPEED"
+        assert ranks[0]["weights"].numel() > 10_000  # every weight, gathered under ZeRO-3
+        torch.testing.assert_close(ranks[0]["weights"], ranks[1]["weights"], rtol=0, atol=0)  # ranks in sync
+    for base, mine in (("trl", "loss_time"), ("trl_path_filter", "loss_time_filter")):
+        assert all(r["scoring_forwards"] > 0 for r in runs[base])
+        assert all(r["scoring_forwards"] == 0 for r in runs[mine])
+        torch.testing.assert_close(runs[mine][0]["weights"], runs[base][0]["weights"], **CLOSE)
+        theirs_logs, ours_logs = runs[base][0]["is_logs"], runs[mine][0]["is_logs"]
+        assert len(ours_logs) == len(theirs_logs) >= 2
+        for theirs, ours in zip(theirs_logs, ours_logs, strict=True):
+            assert ours["loss"] == pytest.approx(theirs["loss"], abs=1e-5)
+            if "filter" in mine:  # diagnostics cover the rows trained (ROWS_DROPPED)
+                continue
+            for key, value in theirs.items():
+                if key != "loss":
+                    assert ours[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
