@@ -44,7 +44,7 @@ def thread_choice(
 
 def launcher_process() -> tuple[dict | None, list[str]]:
     """Environment and argv of the process that started this one; (None, []) when they cannot be read."""
-    import psutil  # a dependency of accelerate
+    import psutil
 
     try:
         parent = psutil.Process().parent()
