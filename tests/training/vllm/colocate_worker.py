@@ -7,8 +7,9 @@ per run with the log history, the world size, the engine dtype and a checksum of
         --runs '{"agilerl": {"vllm_is_preset": "agilerl"}, "lora": {"lora_r": 16}}'
 
 A run's JSON holds GRPOHubConfig overrides, plus `lora_r`: train a LoRA adapter of this rank (absent: full model),
-and `probe`: record the engine against the trainer after every weight sync (sync_probe.py; "compare_merged": the
-same weights merged, too).
+`probe`: record the engine against the trainer after every weight sync (sync_probe.py; "compare_merged": the
+same weights merged, too), and `trl_path` (is_path_probe.py). Every run also records the IS path line, its scoring
+forwards and IS metric values per step (is_path_probe.py), and saves its trainable weights to `<name>/weights<k>.pt`.
 The vLLM environment's python imports `tests....` through PYTHONPATH (engine.vllm_env: the repository root).
 """
 
@@ -23,6 +24,7 @@ from grpo_hub import GRPOHubTrainer
 from grpo_hub.tasks import SMOKE_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
 from tests.helpers import tiny_config
 from tests.training.distributed.worker_common import weight_fingerprint, write_rank_result
+from tests.training.vllm import is_path_probe
 from tests.training.vllm.sync_probe import install_probe
 
 # tests.helpers.tiny_config (CPU, 4 generations of 8 tokens, learning rate 1e-2, seed 0) with vLLM colocate
@@ -47,21 +49,30 @@ def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
     overrides = dict(overrides)
     lora_r = overrides.pop("lora_r", 0)
     probe = overrides.pop("probe", False)
+    trl_path = overrides.pop("trl_path", False)
     args = tiny_config(run_dir / "out", **{**BASE_CONFIG, **overrides})
     peft_config = None
     if lora_r:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules="all-linear")
-    trainer = GRPOHubTrainer(
-        model=model_dir,
-        peft_config=peft_config,
-        reward_funcs=get_reward_funcs(SMOKE_TASK),
-        args=args,
-        train_dataset=load_task_dataset(SMOKE_TASK, n=32, seed=0),
-    )
+    path_lines = []
+    with is_path_probe.printed_path_lines(path_lines):
+        trainer = GRPOHubTrainer(
+            model=model_dir,
+            peft_config=peft_config,
+            reward_funcs=get_reward_funcs(SMOKE_TASK),
+            args=args,
+            train_dataset=load_task_dataset(SMOKE_TASK, n=32, seed=0),
+        )
+    forwards, per_step = is_path_probe.install(trainer, trl_path)
     record = install_probe(trainer, compare_merged=probe == "compare_merged") if probe else None
+    if probe:  # the probe's own no-grad forwards are no scoring forwards
+        forwards.pause_during(trainer.vllm_generation, "sync_weights")
     trainer.train()
+    trained = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    weights_file = run_dir / f"weights{trainer.accelerator.process_index}.pt"
+    torch.save(trained, weights_file)
     write_rank_result(
         trainer,
         run_dir,
@@ -69,6 +80,8 @@ def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
         weight_checksum=weight_fingerprint(trainer.model.parameters()),
         threads=torch.get_num_threads(),
         probe=record,
+        weights_file=str(weights_file),
+        **is_path_probe.fields(path_lines, forwards, per_step),
     )
 
 

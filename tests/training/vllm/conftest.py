@@ -16,8 +16,13 @@ DYNAMIC = {
 }
 # LoRA runs probed after every weight sync (sync_probe.py): TRL's merged sync vs vllm_adapter_sync, same seed.
 ADAPTER = {"lora_r": 16, "probe": True, "learning_rate": LEARNING_RATE, "max_steps": 3}
+AGILERL = {"vllm_is_preset": "agilerl", "learning_rate": LEARNING_RATE, "max_steps": 3}
 ONE_RANK_RUNS = {
-    "agilerl": {"vllm_is_preset": "agilerl", "learning_rate": LEARNING_RATE, "max_steps": 3},
+    "agilerl": AGILERL,
+    "agilerl_trl": {
+        **AGILERL,
+        "trl_path": True,
+    },  # TRL's scoring forward: the baseline of test_vllm_colocate.py
     "uncorrected": {
         "vllm_importance_sampling_correction": False,
         "learning_rate": LEARNING_RATE,

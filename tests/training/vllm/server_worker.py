@@ -7,8 +7,9 @@ every sync: the server's log-probs of fixed sequences against the trainer's, the
         --runs '{"merged": {"vllm_server_sync": "merged", "lora_r": 16}}'
 
 A run's JSON holds GRPOHubConfig overrides, plus `lora_r` (train a LoRA adapter of this rank; absent: full model),
-`resume_from` (a checkpoint folder under the result dir, e.g. 'async/out/checkpoint-2') and `restart_after` (a step: after it, stop the server
-and start it again with `--server-command`, before the next generation).
+`resume_from` (a checkpoint folder under the result dir, e.g. 'async/out/checkpoint-2'), `restart_after` (a step: after it, stop the server
+and start it again with `--server-command`, before the next generation) and `trl_path` (is_path_probe.py). Every run also
+records the IS path line, its scoring forwards and IS metric values per step (is_path_probe.py).
 """
 
 import argparse
@@ -28,6 +29,7 @@ from grpo_hub.tasks import get_reward_funcs, load_task_dataset
 from grpo_hub.tasks.chain_model import chain_model_path
 from tests.helpers import tiny_config
 from tests.training.distributed.worker_common import write_rank_result
+from tests.training.vllm import is_path_probe
 from tests.training.vllm.sync_probe import fixed_sequences, trainer_logps
 
 BASE_CONFIG = {
@@ -130,25 +132,38 @@ def train(
     lora_r = overrides.pop("lora_r", 0)
     resume_from = overrides.pop("resume_from", None)
     restart_after = overrides.pop("restart_after", None)
+    trl_path = overrides.pop("trl_path", False)
     args = tiny_config(run_dir / "out", **{**BASE_CONFIG, "vllm_server_base_url": base_url, **overrides})
     peft_config = None
     if lora_r:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules="all-linear")
-    trainer = GRPOHubTrainer(
-        model=chain_model_path(),
-        peft_config=peft_config,
-        reward_funcs=get_reward_funcs("chain"),
-        args=args,
-        train_dataset=load_task_dataset("chain", n=64, seed=0),
-    )
+    path_lines = []
+    with is_path_probe.printed_path_lines(path_lines):
+        trainer = GRPOHubTrainer(
+            model=chain_model_path(),
+            peft_config=peft_config,
+            reward_funcs=get_reward_funcs("chain"),
+            args=args,
+            train_dataset=load_task_dataset("chain", n=64, seed=0),
+        )
+    forwards, per_step = is_path_probe.install(trainer, trl_path)
     record = install_probe(trainer)
+    # the probe's forwards (after each sync) are no scoring forwards
+    forwards.pause_during(trainer.vllm_generation, "sync_weights")
+    forwards.pause_during(trainer.vllm_generation.grpo_hub_sync, "sync")
     if restart_after is not None:
         trainer.add_callback(RestartServer(trainer, restart_after, server_command, base_url))
     checkpoint = str(result_root / resume_from) if resume_from is not None else None
     trainer.train(resume_from_checkpoint=checkpoint)
-    write_rank_result(trainer, run_dir, probe=record, syncs=trainer.vllm_generation.grpo_hub_sync.syncs)
+    write_rank_result(
+        trainer,
+        run_dir,
+        probe=record,
+        syncs=trainer.vllm_generation.grpo_hub_sync.syncs,
+        **is_path_probe.fields(path_lines, forwards, per_step),
+    )
 
 
 def main():

@@ -10,6 +10,7 @@ import math
 import pytest
 
 from tests.helpers import step_logs
+from tests.training.vllm.is_path_probe import check_is_path
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -100,3 +101,31 @@ def test_two_ranks_lora_mask_tokens_outside_the_bounds(two_rank_runs):
         assert log0["sampling/importance_sampling_ratio/min"] == 0.0
         assert log0["sampling/importance_sampling_ratio/max"] <= 1.03 + 1e-6
         assert log0["vllm_is/abs_logp_diff_mean"] < SYNCED_MISMATCH_BOUND  # stale LoRA sync: 2-4 (measured)
+
+
+def test_the_is_ratio_comes_from_the_training_forward_with_no_scoring_forward(agilerl_run, one_rank_runs):
+    """Issue 47: colocate, one iteration, one generation batch per step: the trainer says it takes the ratio from the
+    training forward, runs no no-grad forward of the policy, and logs the IS metrics once per generation batch; the
+    baseline (TRL's scoring forward, forced) runs one scoring forward per batch."""
+    check_is_path(agilerl_run, loss_time=True)
+    check_is_path(one_rank_runs["agilerl_trl"][0], loss_time=False)
+
+
+def test_the_loss_time_ratio_trains_as_trls_scoring_forward(agilerl_run, one_rank_runs):
+    """Same seeds, same bf16 engine: loss-time and TRL-path runs generate the same rollouts and log the same losses and
+    IS metrics, and end with the same weights. Two identical colocate runs were bit-identical (weights and logs), and
+    so were these two: TRL's scoring forward sees the same 4 rows in the same order as the training forward. The
+    tolerances below allow fp32 reduction order only (test_loss_time_is.py)."""
+    import torch
+
+    baseline = one_rank_runs["agilerl_trl"][0]
+    for ours, theirs in zip(step_logs(agilerl_run), step_logs(baseline), strict=True):
+        assert ours["reward"] == theirs["reward"]
+        assert ours["completions/mean_length"] == theirs["completions/mean_length"]
+        assert ours["loss"] == pytest.approx(theirs["loss"], abs=1e-6)
+        for key in (k for k in theirs if k.startswith(("sampling/", "vllm_is/"))):
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-7), key
+    ours, theirs = (torch.load(run["weights_file"], weights_only=True) for run in (agilerl_run, baseline))
+    assert ours.keys() == theirs.keys() and ours
+    for name, weight in ours.items():
+        torch.testing.assert_close(weight, theirs[name], rtol=0, atol=1e-5, msg=name)

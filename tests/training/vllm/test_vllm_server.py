@@ -6,18 +6,26 @@ mid-run gets the current weights before it serves again."""
 
 import pytest
 
+from tests.helpers import step_logs
+from tests.training.vllm.is_path_probe import check_is_path
+
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 # fp32 server and trainer: measured mean |Δ log p| ~2e-6 in both sync modes (a stale server: ~1 and more)
 SERVED_MISMATCH_BOUND = 1e-3
 LORA = {"lora_r": 16}
 ASYNC = {**LORA, "max_staleness": 1, "max_steps": 4}
+# A per-request seed makes the server's sampling reproducible (unseeded, two runs from the same weights drew other
+# completions at step 1): the IS path runs (`_trl`: TRL's scoring forward, the baseline) then compare.
+SEEDED = {"generation_kwargs": {"seed": 0}}
 ONE_RANK_RUNS = {
-    "merged": {**LORA, "vllm_server_sync": "merged"},
+    "merged": {**LORA, **SEEDED, "vllm_server_sync": "merged"},
+    "merged_trl": {**LORA, **SEEDED, "vllm_server_sync": "merged", "trl_path": True},
     "adapter": {**LORA, "vllm_server_sync": "adapter"},
     "full": {},  # 'auto' without an adapter: merged
     "auto_lora": LORA,  # 'auto' on a CPU server: merged
-    "async": {**ASYNC, "save_strategy": "steps", "save_steps": 2},
+    "async": {**ASYNC, **SEEDED, "save_strategy": "steps", "save_steps": 2},
+    "async_trl": {**ASYNC, **SEEDED, "trl_path": True},
     "async_resumed": {**ASYNC, "resume_from": "async/out/checkpoint-2"},
     "async_adapter": {**ASYNC, "vllm_server_sync": "adapter", "max_staleness": 2},
     "async_dynamic": {
@@ -156,3 +164,39 @@ def test_k_zero_is_the_synchronous_loop_and_async_keeps_the_data_order(runs):
     )
     # same seed and data: the asynchronous run trains the batches in the order the synchronous one does
     assert probe(runs, "async")["prompts"][:3] == probe(runs, "merged")["prompts"]
+
+
+@pytest.mark.parametrize("name", ["merged", "async"])  # k = 0 and k = 1
+def test_the_is_ratio_comes_from_the_training_forward_with_no_scoring_forward(runs, name):
+    """Issue 47: on a server, synchronous or one step stale, the trainer takes vLLM's IS ratio from the training
+    forward: no no-grad forward of the policy (the server generates; the probe's forwards are not counted), the IS
+    metrics once per generation batch; the baseline runs one scoring forward per batch."""
+    check_is_path(runs[name][0], loss_time=True)
+    check_is_path(runs[f"{name}_trl"][0], loss_time=False)
+
+
+@pytest.mark.parametrize("name", ["merged", "async"])
+def test_the_loss_time_ratio_trains_as_trls_scoring_forward_while_rollouts_match(runs, name):
+    """Seeded requests, same weights: both paths draw the same completions, so they must log the same losses and IS
+    metrics, and the server must serve the same policy after each sync. Measured: every step's rollouts matched and the
+    served log-probs were bit-identical. A server batch can hold the probe's request beside a generation (async), and
+    fp32 batch variance may flip a sampled token: from the first step whose rollouts differ, the runs diverge and the
+    comparison stops there; the first step (same initial weights, nothing concurrent) must match."""
+    ours, theirs = step_logs(runs[name][0]), step_logs(runs[f"{name}_trl"][0])
+    matched = 0
+    for mine, baseline in zip(ours, theirs, strict=True):
+        if (mine["reward"], mine["completions/mean_length"]) != (
+            baseline["reward"],
+            baseline["completions/mean_length"],
+        ):
+            break
+        assert mine["loss"] == pytest.approx(baseline["loss"], abs=1e-6)
+        for key in (k for k in baseline if k.startswith(("sampling/", "vllm_is/"))):
+            assert mine[key] == pytest.approx(baseline[key], rel=1e-5, abs=1e-7), key
+        matched += 1
+    assert matched >= 1, "the first seeded batch differs: the server did not sample reproducibly"
+    # sync j precedes the generation of step j + 1: the weights after step j, equal while step j + 1's rollouts match
+    served = [probe(runs, run)["served_logps"][:matched] for run in (name, f"{name}_trl")]
+    for mine, baseline in zip(*served, strict=True):
+        for row, base_row in zip(mine, baseline, strict=True):
+            assert row == pytest.approx(base_row, abs=1e-4)
