@@ -7,7 +7,9 @@ index; seed-major, plain TRL first, the others' order rotated per seed):
   server-sync   `GRPOHubTrainer`, vllm_mode="server", vllm_server_sync="merged", max_staleness=0: TRL's loop, the
                 server pinned to core 1 (started once, reused by every run), the trainer on core 0 (1 thread);
   server-async  the same with max_staleness=1: the server generates the next batch while the trainer trains;
-  server-async+filter  and zero-signal filtering (packed), which shrinks the trainer's part of the step.
+  server-async+filter  and zero-signal filtering (packed), which shrinks the trainer's part of the step;
+  ... (scoring forward)  the two asynchronous runs with TRL's no-grad scoring forward for the IS ratio, which
+                grpo_hub otherwise takes from the training forward (docs/vllm.md).
 Both server configurations correct with vllm_importance_sampling_mode="token_truncate" (the preset
 `chain-server.yaml`'s); plain TRL keeps its defaults.
 
@@ -59,7 +61,10 @@ CONFIGS = {
     "server-async": {"max_staleness": 1},
     # overlap alone leaves the trainer's core the bottleneck: zero-signal filtering shrinks its work
     "server-async+filter": {"max_staleness": 1, "filter_zero_signal": True},
+    "server-async (scoring forward)": {"max_staleness": 1},
+    "server-async+filter (scoring forward)": {"max_staleness": 1, "filter_zero_signal": True},
 }
+SCORING_FORWARD = " (scoring forward)"  # the suffix of the configurations that keep TRL's scoring forward
 SERVER_FIELDS = {
     "use_vllm": True,
     "vllm_mode": "server",
@@ -129,6 +134,13 @@ class Meter(TrainerCallback):
 
         trainer.model.register_forward_pre_hook(count_training_forward, with_kwargs=True)
         trainer._generate = self.timers.wrap("generate", trainer._generate)
+        forward = trainer._get_per_token_logps_and_entropies
+        scoring = self.timers.wrap(
+            "scoring", forward
+        )  # no-grad policy forwards: TRL's scoring (and reference) one
+        trainer._get_per_token_logps_and_entropies = lambda *a, **k: (
+            forward(*a, **k) if torch.is_grad_enabled() else scoring(*a, **k)
+        )
         generation = getattr(trainer, "vllm_generation", None)
         if generation is not None:
             generation.sync_weights = self.timers.wrap("sync", generation.sync_weights)
@@ -204,7 +216,7 @@ class Meter(TrainerCallback):
         seconds, last = self.timers.seconds, self.points[-1]
         steps, wall = max(last["optimizer_steps"], 1), last["time"]
         blocked = seconds["generate"] + seconds["wait"]  # the trainer idle, waiting for generation
-        engine = self.engine_seconds if name == "server-async" else seconds["generate"]
+        engine = self.engine_seconds if name.startswith("server-async") else seconds["generate"]
         generation = getattr(self.trainer, "vllm_generation", None)
         sync = getattr(generation, "grpo_hub_sync", None)
         return {
@@ -224,7 +236,8 @@ class Meter(TrainerCallback):
                 "generation": engine / steps,
                 "blocked": blocked / steps,
                 "sync": seconds["sync"] / steps,
-                "training": (wall - blocked - seconds["sync"]) / steps,
+                "scoring": seconds["scoring"] / steps,
+                "training": (wall - blocked - seconds["sync"] - seconds["scoring"]) / steps,
             },
         }
 
@@ -263,7 +276,10 @@ def run(name: str, seed: int, budget: float | None, points: int, per_level: int,
     model_dir = chain_model_path()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     meter = Meter(tokenizer, marks, unit, per_level)
-    chain_trainer(args, meter, lora, prompts, seed).train()
+    trainer = chain_trainer(args, meter, lora, prompts, seed)
+    if name.endswith(SCORING_FORWARD):
+        trainer._use_loss_time_is(False)
+    trainer.train()
     return meter.record(name, seed, budget)
 
 
@@ -357,12 +373,13 @@ def print_report(runs: list[dict], summary: dict, header: str) -> None:
         rows.append(
             [f"{r['config']} seed {r['seed']}", f"{r['wall']:.0f}", str(r["optimizer_steps"]), str(r["generated_tokens"]),
              str(r["trained_rows"]), f"{r['mean_staleness']:.2f}", "-" if wait is None else f"{wait:.3f}",
-             f"{s['generation']:.3f}", f"{s['training']:.3f}", f"{s['blocked']:.3f}", f"{s['sync']:.3f}",
+             f"{s['generation']:.3f}", f"{s['training']:.3f}", f"{s.get('scoring', 0.0):.3f}", f"{s['blocked']:.3f}",
+             f"{s['sync']:.3f}",
              f"{r['syncs']}", f"{r['bytes_per_sync'] / 1e6:.1f}"]
         )  # fmt: skip
     print_table(
         ["run", "wall s", "steps", "tokens", "trained rows", "staleness", "logged wait s", "generation s",
-         "training s", "blocked s", "sync s", "syncs", "MB/sync"],
+         "fwd+bwd s", "scoring s", "blocked s", "sync s", "syncs", "MB/sync"],
         rows,
     )  # fmt: skip
     share = summary["gpu_share"]
@@ -388,6 +405,8 @@ def measure(cli) -> tuple[str, list[dict]]:
             for name in ["trl", *others[seed % len(others) :], *others[: seed % len(others)]]:
                 r = run(name, seed, budget, cli.points, cli.per_level, server.base_url)
                 runs.append(r)
+                if cli.json:  # every run so far, in case the measurement is cut short
+                    Path(cli.json).write_text(json.dumps({"partial": True, "runs": runs}, indent=1))
                 budget = r["budget"]  # after plain TRL: its wall seconds for 200 steps, unless --budget
                 print(
                     f"# seed {seed} {name}: {r['wall']:.0f} s, {r['optimizer_steps']} steps, accuracy "
