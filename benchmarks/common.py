@@ -111,6 +111,13 @@ def check_device(device: str) -> None:
         )
 
 
+def use_device(device: str) -> None:
+    """`check_device`, and on CPU one torch thread (process CPU time then measures one core's work)."""
+    check_device(device)
+    if device == "cpu":
+        torch.set_num_threads(1)
+
+
 def grpo_args(kind: str, output_dir: str, device: str = "cpu", **settings) -> GRPOConfig:
     """Config for `kind` (CPU: fp32; CUDA: bf16); `settings` are the GRPOConfig fields shared by every kind."""
     common = {

@@ -35,7 +35,6 @@ from benchmarks.common import (
     TRL,
     Spread,
     build_trainer,
-    check_device,
     group_position_reward,
     grpo_args,
     interleaved_times,
@@ -44,6 +43,7 @@ from benchmarks.common import (
     random_model,
     ratio_spread,
     spread_cells,
+    use_device,
     zero_signal_dataset,
 )
 
@@ -92,9 +92,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     cli = parse_args(argv)
-    check_device(cli.device)
-    if cli.device == "cpu":
-        torch.set_num_threads(1)
+    use_device(cli.device)
     dataset = zero_signal_dataset(
         cli.zero_fraction, cli.grad_accum * cli.batch // GROUP_SIZE, batches=cli.steps
     )

@@ -30,12 +30,12 @@ from benchmarks.common import (
     TINY_SHAPE,
     TRL,
     build_trainer,
-    check_device,
     group_position_reward,
     grpo_args,
     load_tokenizer,
     print_table,
     random_model,
+    use_device,
     zero_signal_dataset,
 )
 from benchmarks.filtering import build_model
@@ -80,9 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     cli = parse_args(argv)
-    check_device(cli.device)
-    if cli.device == "cpu":
-        torch.set_num_threads(1)
+    use_device(cli.device)
     if cli.quick:
         tokenizer = load_tokenizer()
         model = random_model(tokenizer, TINY_SHAPE)

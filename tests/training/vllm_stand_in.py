@@ -29,7 +29,8 @@ def sampler_offset(token: int, position: int) -> float | None:
 
 
 class ScoringForwards:
-    """Counts the policy's no-grad forwards outside the stand-in's generation (TRL's scoring forwards, and any other)."""
+    """Counts the policy's no-grad forwards (TRL's scoring forward, and any other) while not `paused` (the stand-in's
+    generation pauses it, and `pause_during` does around another call)."""
 
     def __init__(self, model):
         self.count, self.paused = 0, False
@@ -38,6 +39,19 @@ class ScoringForwards:
     def _count(self, module, args):
         if not torch.is_grad_enabled() and not self.paused:
             self.count += 1
+
+    def pause_during(self, owner, name: str) -> None:
+        """Count nothing while `owner.<name>()` runs (e.g. a probe's forwards, wrapped around a weight sync)."""
+        method = getattr(owner, name)
+
+        def paused(*args, **kwargs):
+            self.paused = True
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.paused = False
+
+        setattr(owner, name, paused)
 
 
 def as_vllm_sampler(

@@ -12,8 +12,9 @@ import contextlib
 import io
 import sys
 
-import torch
 from transformers import TrainerCallback
+
+from tests.training.vllm_stand_in import ScoringForwards
 
 PATH_PREFIX = "vLLM IS correction:"
 IS_METRICS = ("sampling/importance_sampling_ratio/mean", "vllm_is/abs_logp_diff_mean")
@@ -41,32 +42,6 @@ def printed_path_lines(into: list[str]):
         finally:
             lines = "".join(tee.text).splitlines()
             into.extend(line for line in lines if line.startswith(PATH_PREFIX))
-
-
-class ScoringForwards:
-    """Counts the calls of `model` with gradients off (TRL's scoring forward), except during what
-    `pause_during` wraps."""
-
-    def __init__(self, model):
-        self.count, self._paused = 0, False
-        model.register_forward_pre_hook(self._hook)
-
-    def _hook(self, module, args):
-        if not torch.is_grad_enabled() and not self._paused:
-            self.count += 1
-
-    def pause_during(self, owner, name: str) -> None:
-        """Count nothing while `owner.<name>()` runs (a probe's forwards, wrapped around a weight sync)."""
-        method = getattr(owner, name)
-
-        def paused(*args, **kwargs):
-            self._paused = True
-            try:
-                return method(*args, **kwargs)
-            finally:
-                self._paused = False
-
-        setattr(owner, name, paused)
 
 
 class MetricValuesPerStep(TrainerCallback):
