@@ -15,9 +15,14 @@ import torch
 from transformers import TrainerCallback
 
 
+def local_part(grad: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a gradient: FSDP2's are DTensors, whose `.tolist()` torch refuses (a run failed there)."""
+    return grad.to_local() if hasattr(grad, "to_local") else grad
+
+
 def nonfinite_gradients(model: torch.nn.Module) -> list[str]:
-    """Names of the parameters whose gradient holds a NaN or an inf."""
-    named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
+    """Names of the parameters whose gradient (this rank's shard of it) holds a NaN or an inf."""
+    named = [(name, local_part(p.grad)) for name, p in model.named_parameters() if p.grad is not None]
     if not named:
         return []
     finite = torch.stack([torch.isfinite(grad).all() for _, grad in named]).tolist()
