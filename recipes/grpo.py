@@ -1,6 +1,6 @@
 """GRPO recipe: `GRPOHubTrainer` on a built-in task, following `trl/scripts/grpo.py`.
 
-    accelerate launch recipes/grpo.py                                         # the chain task, ~3.5 min on 2 CPU cores
+    accelerate launch recipes/grpo.py                                         # the chain task, ~5 min on 2 CPU cores
     accelerate launch recipes/grpo.py --task digits                           # smoke task on the random tiny model, ~30 s
     accelerate launch recipes/grpo.py --config recipes/configs/gspo.yaml      # any preset
     accelerate launch --config_file recipes/accelerate/cpu-ddp.yaml recipes/grpo.py   # 2 CPU ranks
