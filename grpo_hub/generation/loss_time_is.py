@@ -174,11 +174,11 @@ def scoring_without_ratio(owner, loss_time_is: LossTimeIS | None):
         yield
         return
     loss_time_is.flush()
-    owner.vllm_importance_sampling_correction = False
+    before, owner.vllm_importance_sampling_correction = owner.vllm_importance_sampling_correction, False
     try:
         yield
     finally:
-        owner.vllm_importance_sampling_correction = True
+        owner.vllm_importance_sampling_correction = before
 
 
 class FlushCallback(TrainerCallback):

@@ -135,9 +135,10 @@ class GRPOHubTrainer(GRPOTrainer):
         mode the server checks and the asynchronous rollouts."""
         args, model, acc = self.args, self.model, self.accelerator
         if args.vllm_importance_sampling_correction:
-            self._use_loss_time_is(scoring_forward_reason(args) is None)
+            reason = scoring_forward_reason(args)
+            self._use_loss_time_is(reason is None)
             if acc.is_main_process:
-                print(is_path_line(args), flush=True)
+                print(is_path_line(reason), flush=True)
         settings = ServerSettings(
             sync=args.vllm_server_sync, sync_dir=args.vllm_server_sync_dir, max_staleness=args.max_staleness,
             reads_sampler_logprobs=uses_sampler_logprobs(args), model_name=model.config._name_or_path,

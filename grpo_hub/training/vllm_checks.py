@@ -145,9 +145,9 @@ def scoring_forward_reason(config) -> str | None:
     return None
 
 
-def is_path_line(config) -> str:
-    """The line a run with vLLM's IS correction prints once: where its ratio comes from, and why."""
-    reason = scoring_forward_reason(config)
+def is_path_line(reason: str | None) -> str:
+    """The line a run with vLLM's IS correction prints once: where its ratio comes from, and why (`reason`: what
+    `scoring_forward_reason` returned)."""
     if reason is None:
         return (
             "vLLM IS correction: ratio from the training forward (on-policy: the old log-probs equal its own), "

@@ -53,7 +53,7 @@ def test_the_rule_takes_the_ratio_from_the_training_forward_only_where_exact(cha
     config = rule_config(**changes)
     got = scoring_forward_reason(config)
     assert got is None if reason is None else reason in got
-    line = is_path_line(config)
+    line = is_path_line(got)
     assert ("no scoring forward" in line) == (reason is None) and "\n" not in line
 
 
