@@ -80,13 +80,13 @@ class GRPOHubTrainer(GRPOTrainer):
             raise ValueError(
                 f"`args` must be a GRPOHubConfig, got {type(args).__name__}; build a GRPOHubConfig."
             )
-        if args.use_vllm:  # before TRL's ImportError, which names another package's extra
-            require_vllm("`use_vllm`: training with vLLM")
         colocate_adapter = features.is_on("vllm_adapter_sync", args) and args.vllm_mode == "colocate"
         with (
             adapter_engine(colocate_adapter, model, kwargs.get("peft_config")),  # a LoRA-enabled engine
             http_sync_client(args.vllm_server_sync if features.is_on("vllm_server_sync", args) else None),
         ):
+            if args.use_vllm:  # after the adapter's refusals, before TRL's ImportError (another package's extra)
+                require_vllm("`use_vllm`: training with vLLM")
             super().__init__(model, reward_funcs, args=args, **kwargs)
         # asynchronous rollouts (max_staleness > 0); vLLM's IS ratio from the training forward (where exact)
         self._rollouts = self._loss_time_is = None
