@@ -16,10 +16,10 @@ from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, TrainerCa
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from grpo_hub.config.config_files import read_config
+from grpo_hub.config.hub_config import GRPOHubConfig
 from grpo_hub.tasks import build_tiny_model
 from grpo_hub.tasks.tiny_model import MODEL_SHAPE
-from grpo_hub.training.config import GRPOHubConfig
-from grpo_hub.training.config_files import read_config
 from grpo_hub.training.trainer import GRPOHubTrainer
 
 # The recipe's settings for the random tiny model (`recipes/grpo.py --task digits`), read from its preset.

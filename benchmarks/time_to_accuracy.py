@@ -43,10 +43,10 @@ from benchmarks.accuracy_summary import calibration, plot, print_report, print_s
 from benchmarks.common import DEVICES, QUIET_CPU_RUN, check_device
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.algos.advantages import ALL_MAX, ALL_MIN, zero_signal_kinds
+from grpo_hub.config.config_files import read_config
 from grpo_hub.tasks import chain
 from grpo_hub.tasks.chain_model import build_recipe, chain_model_path
 from grpo_hub.tasks.model_cache import fingerprint
-from grpo_hub.training.config_files import read_config
 
 RECIPE = "recipes/configs/chain-full.yaml"
 PRESET = "recipes/configs/chain-full-fast.yaml"

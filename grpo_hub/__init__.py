@@ -12,7 +12,7 @@ The TRL-facing classes are loaded lazily so that `import grpo_hub.algos.advantag
 
 __version__ = "0.1.0"
 
-_LAZY = {"GRPOHubConfig": "grpo_hub.training.config", "GRPOHubTrainer": "grpo_hub.training.trainer"}
+_LAZY = {"GRPOHubConfig": "grpo_hub.config.hub_config", "GRPOHubTrainer": "grpo_hub.training.trainer"}
 
 
 def __getattr__(name):

@@ -45,9 +45,11 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from trl.models import unwrap_model_for_generation
 
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub.config import config_files, cpu_threads, flag_values, value_ranges
 from grpo_hub.errors import field_error, field_message
 from grpo_hub.generation import server_process
 from grpo_hub.hub import HubPushCallback
+from grpo_hub.records.console import plain_upstream_bars, quiet_upstream_warnings, use_compact_progress
 from grpo_hub.tasks import (
     DEFAULT_TASK,
     OFFLINE_MODELS,
@@ -57,8 +59,6 @@ from grpo_hub.tasks import (
     get_reward_funcs,
     load_task_dataset,
 )
-from grpo_hub.training import config_files, cpu_threads, flag_values, value_ranges
-from grpo_hub.training.console import plain_upstream_bars, quiet_upstream_warnings, use_compact_progress
 
 logger = logging.getLogger(__name__)
 SUMMARY_FILE = "run_summary.json"
@@ -172,7 +172,7 @@ def unknown_name(kind: str, name: str, known: list[str]) -> str:
 
 def read_config(path: str) -> dict:
     """The `--config` YAML as a mapping, merged over the parent it names (`base:`, see
-    `grpo_hub.training.config_files`); a missing, unreadable or non-mapping file is a one-line error."""
+    `grpo_hub.config.config_files`); a missing, unreadable or non-mapping file is a one-line error."""
     try:
         return config_files.read_config(path)
     except OSError as error:
@@ -407,7 +407,7 @@ def local_vllm_server(recipe_args: RecipeArguments, training_args: GRPOHubConfig
 
 def use_cpu_cores(training_args: GRPOHubConfig) -> None:
     """A CPU-only run trains on every core it may use unless the user chose a thread count
-    (`grpo_hub.training.cpu_threads`); the main process says which."""
+    (`grpo_hub.config.cpu_threads`); the main process says which."""
     if training_args.device.type != "cpu":
         return
     state = PartialState()
@@ -536,7 +536,7 @@ if __name__ == "__main__":
     quiet_upstream_warnings()
     if (
         not sys.stdout.isatty()
-    ):  # a log file: one line per step and no tqdm redraws (grpo_hub.training.console)
+    ):  # a log file: one line per step and no tqdm redraws (grpo_hub.records.console)
         plain_upstream_bars()
     recipe_args, training_args, model_args = make_parser().parse_args_and_config()
     main(recipe_args, training_args, model_args)

@@ -12,7 +12,7 @@ import torch
 from hypothesis import settings
 
 torch.set_num_threads(1)
-# A recipe run in-process (and any subprocess) keeps one thread too (grpo_hub.training.cpu_threads).
+# A recipe run in-process (and any subprocess) keeps one thread too (grpo_hub.config.cpu_threads).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Property tests draw the same examples on every run (a CI failure reproduces; no example database is written).
 settings.register_profile("deterministic", derandomize=True, database=None)

@@ -4,8 +4,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig
 
+from grpo_hub.config.hub_config import GRPOHubConfig
 from grpo_hub.tasks import SMOKE_TASK, get_reward_funcs, load_task_dataset
-from grpo_hub.training.config import GRPOHubConfig
 
 CPU = {"use_cpu": True, "bf16": False, "report_to": "none", "save_strategy": "no", "disable_tqdm": True}
 

@@ -1,6 +1,6 @@
 """The package's wings form floors: a module imports only from its own wing or the wings below it.
 
-Floors, bottom up: errors -> algos -> generation -> training -> hub -> tasks -> compare -> cli. Read from the AST of every module
+Floors, bottom up: errors -> algos -> generation -> config -> records -> training -> hub -> tasks -> compare -> cli. Read from the AST of every module
 (imports inside functions count too), so a lazy import cannot climb a floor unseen.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import grpo_hub
 
 PACKAGE = Path(grpo_hub.__file__).parent
-FLOORS = ["errors", "algos", "generation", "training", "hub", "tasks", "compare", "cli"]
+FLOORS = ["errors", "algos", "generation", "config", "records", "training", "hub", "tasks", "compare", "cli"]
 
 
 def wing(module: str) -> str | None:
@@ -68,10 +68,13 @@ def test_no_import_climbs_a_floor():
 
 def test_the_check_sees_an_upward_import(tmp_path):
     fake = tmp_path / "grpo_hub"
-    (fake / "algos").mkdir(parents=True)
+    for wing in ("algos", "config"):
+        (fake / wing).mkdir(parents=True)
     (fake / "algos" / "bad.py").write_text(
-        "def f():\n    from grpo_hub.training.config import GRPOHubConfig\n"
+        "def f():\n    from grpo_hub.config.hub_config import GRPOHubConfig\n"
     )
+    (fake / "config" / "bad.py").write_text("import grpo_hub.training.trainer\n")
     assert upward_imports(fake) == [
-        "grpo_hub/algos/bad.py:2 (algos) imports grpo_hub.training.config (training, a higher floor)"
+        "grpo_hub/algos/bad.py:2 (algos) imports grpo_hub.config.hub_config (config, a higher floor)",
+        "grpo_hub/config/bad.py:1 (config) imports grpo_hub.training.trainer (training, a higher floor)",
     ]

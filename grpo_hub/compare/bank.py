@@ -152,8 +152,8 @@ def resolve_adapter(spec: str) -> str:
 def provenance(spec: str, folder: str) -> dict:
     """What is known about adapter `spec` (loaded from `folder`): the commit it was pinned to and its link
     (Hub specs: the HF cache names the snapshot folder after the commit), training step and loss variant
-    (from the saved run record, grpo_hub.training.run_record)."""
-    from grpo_hub.training.run_record import read_run_record
+    (from the saved run record, grpo_hub.records.run_record)."""
+    from grpo_hub.records.run_record import read_run_record
 
     record = read_run_record(folder)
     info = {"step": record.get("step"), "variant": record.get("loss_variant")}

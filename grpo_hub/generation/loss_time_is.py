@@ -3,7 +3,7 @@
 With vLLM and `vllm_importance_sampling_correction`, TRL 1.16 runs a no-grad forward over every generated row to get
 `old_per_token_logps`, even when every row is trained inside the optimizer step that generated it; then those
 log-probs equal the training forward's own, detached (huggingface/trl#5412). Where that holds
-(`training.vllm_checks.scoring_forward_reason` is None), the scored batch carries no IS ratio and `LossTimeIS.weights`
+(`config.vllm_checks.scoring_forward_reason` is None), the scored batch carries no IS ratio and `LossTimeIS.weights`
 computes it in the loss from the training forward (`algos.importance.rollout_is_weights`: TRL's formula, or the
 geometric mean of `vllm_is_pooling="mean"`). The diagnostics TRL and grpo_hub log at scoring time (`sampling/*`,
 `vllm_is/*`) are summed per rank over the batch's micro-batches and logged once per generation batch by `flush`, with

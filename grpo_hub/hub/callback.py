@@ -15,8 +15,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from grpo_hub.hub.push import PushResult, check_branch, check_repo_id, create_adapter_repo, push_adapter
+from grpo_hub.records.run_record import run_record
 from grpo_hub.training.distributed import gathered, unwrap_peft_model
-from grpo_hub.training.run_record import run_record
 
 
 class HubPushCallback(TrainerCallback):

@@ -19,8 +19,8 @@ from pathlib import Path
 from grpo_hub.hub.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS, TOKENIZER_FILES
 from grpo_hub.hub.errors import HubError, HubNotFoundError, hub_errors
 from grpo_hub.hub.push import COMMIT_SHA, check_repo_id
-from grpo_hub.training.model_card import REWARD_CURVE, pushed_revision
-from grpo_hub.training.run_record import RUN_RECORD
+from grpo_hub.records.model_card import REWARD_CURVE, pushed_revision
+from grpo_hub.records.run_record import RUN_RECORD
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from grpo_hub.hub.adapter_files import ADAPTER_CONFIG, trained_adapter_files
 from grpo_hub.hub.errors import hub_errors
-from grpo_hub.training.model_card import REWARD_CURVE, build_model_card, hub_model_id, reward_curve_png
-from grpo_hub.training.run_record import RUN_RECORD, read_run_record
+from grpo_hub.records.model_card import REWARD_CURVE, build_model_card, hub_model_id, reward_curve_png
+from grpo_hub.records.run_record import RUN_RECORD, read_run_record
 
 logger = logging.getLogger(__name__)
 REPO_ID = re.compile(r"^([\w.-]+/)?[\w.-]+$")
@@ -90,7 +90,7 @@ def push_adapter(
 ) -> PushResult:
     """Push the trained adapter in `folder` (trainer output_dir or checkpoint-<N>) to `repo_id@revision`.
 
-    `record` (a run record, `grpo_hub.training.run_record`) defaults to the one saved with the folder
+    `record` (a run record, `grpo_hub.records.run_record`) defaults to the one saved with the folder
     (grpo_run.json, else trainer_state.json, else run_summary.json); the card, reward curve and record are
     built from it. `base_model` overrides the adapter config's `base_model_name_or_path`. Returns the
     commit the revision now points to.

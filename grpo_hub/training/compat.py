@@ -1,11 +1,8 @@
-"""Guard the TRL version and the private TRL methods grpo_hub overrides."""
+"""Guard the private TRL methods grpo_hub overrides (the TRL version: grpo_hub.config.trl_version)."""
 
 import inspect
 
-import trl
-from packaging.version import Version
-
-TRL_RANGE = (Version("1.16"), Version("1.17"))
+from grpo_hub.config.trl_version import SUPPORTED_TRL
 
 # Seams of `trl.GRPOTrainer` that GRPOHubTrainer overrides or calls, with the parameters it relies on.
 TRL_SEAMS = {
@@ -31,26 +28,15 @@ TRL_SEAMS = {
 }
 
 
-def check_trl_version() -> None:
-    """Raise ImportError when the installed TRL is outside the tested range."""
-    low, high = TRL_RANGE
-    installed = Version(trl.__version__)
-    if not low <= installed < high:
-        raise ImportError(
-            f"grpo_hub supports trl>={low},<{high} but trl {trl.__version__} is installed. "
-            f'Install a supported version: pip install "trl>={low},<{high}".'
-        )
-
-
 def check_trl_seams(trainer_cls: type) -> None:
     """Raise ImportError when a TRL method that grpo_hub hooks into changed its signature."""
     for name, expected in TRL_SEAMS.items():
         method = getattr(trainer_cls, name, None)
         if method is None:
-            raise ImportError(f"trl.GRPOTrainer.{name} is missing; grpo_hub needs trl>=1.16,<1.17.")
+            raise ImportError(f"trl.GRPOTrainer.{name} is missing; grpo_hub needs {SUPPORTED_TRL}.")
         params = list(inspect.signature(method).parameters)[: len(expected)]
         if params != expected:
             raise ImportError(
                 f"trl.GRPOTrainer.{name} has parameters {params}, grpo_hub expects {expected}; "
-                "install trl>=1.16,<1.17."
+                f"install {SUPPORTED_TRL}."
             )

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from trl.trainer.utils import is_async_callable
 
+from grpo_hub.config import features
 from grpo_hub.errors import field_error
-from grpo_hub.training import features
 
 SHOWN_ROWS = 10  # at most this many row indices in a message
 

@@ -37,46 +37,14 @@ import shutil
 import torch
 from transformers import TrainerCallback
 
-from grpo_hub.errors import field_error
+from grpo_hub.config.feature_checks import validate_reference_settings
 from grpo_hub.training.distributed import broadcast_unpartitioned, gathered, unwrap_peft_model
-from grpo_hub.training.validation import check_choice
 
 REF_ADAPTER = "ref"
 REF_ADAPTER_FILE = "ref_adapter.safetensors"
-SYNC_MODES = ("never", "steps", "epoch")
 UNSUPPORTED_PEFT_TYPES = {
     "ADALORA": "PEFT allows a single trainable AdaLoRA adapter and its rank masks are per adapter",
 }
-
-
-def validate_reference_settings(
-    sync_on: str, sync_steps: int, mixup_alpha: float, beta: float, sync_ref_model: bool, keep: bool
-) -> None:
-    """Raise ValueError, naming the field and the fix, for reference-adapter settings that cannot work."""
-    check_choice("ref_adapter_sync_on", sync_on, SYNC_MODES)
-    if isinstance(sync_steps, bool) or not isinstance(sync_steps, int) or sync_steps < 1:
-        field_error("ref_adapter_sync_steps", f"must be an int >= 1, got {sync_steps!r}.", "use e.g. 64.")
-    if not 0.0 < mixup_alpha <= 1.0:
-        field_error(
-            "ref_adapter_mixup_alpha",
-            f"must be in (0, 1] (1.0 = hard copy, < 1 = EMA), got {mixup_alpha!r}.",
-            "use 1.0 or e.g. 0.5.",
-        )
-    setting = "ref_adapter_sync_on" if sync_on != "never" else "ref_adapter_keep"
-    if (sync_on != "never" or keep) and beta == 0.0:
-        field_error(
-            setting,
-            "needs a KL term, but `beta` is 0, so TRL computes no reference log-probs and a reference adapter "
-            "has no effect.",
-            "set `beta` > 0, or `ref_adapter_sync_on='never'` and `ref_adapter_keep=False`.",
-        )
-    if sync_on != "never" and sync_ref_model:
-        field_error(
-            "ref_adapter_sync_on",
-            "and `sync_ref_model=True` (TRL's refresh of a full reference model, which raises "
-            "NotImplementedError with PEFT) both refresh the reference.",
-            "set only one of them: ref_adapter_sync_on for a PEFT reference adapter.",
-        )
 
 
 def should_refresh_at_step(sync_on: str, sync_steps: int, global_step: int) -> bool:

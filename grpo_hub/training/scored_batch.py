@@ -14,7 +14,7 @@ import torch
 
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos import losses
-from grpo_hub.training import features
+from grpo_hub.config import features
 from grpo_hub.training.input_checks import check_advantages_finite
 
 

@@ -30,13 +30,18 @@ from trl.trainer.utils import use_adapter
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos import loss_types
 from grpo_hub.algos.loss_denominator import batch_counts, micro_batch_denominator
+from grpo_hub.config import features
+from grpo_hub.config.hub_config import GRPOHubConfig
+from grpo_hub.config.vllm_checks import is_path_line, scoring_forward_reason, uses_sampler_logprobs
 from grpo_hub.generation import loss_time_is
 from grpo_hub.generation.adapter_sync import adapter_engine
 from grpo_hub.generation.is_diagnostics import edit_is_weights
 from grpo_hub.generation.server import http_sync_client
 from grpo_hub.generation.server_process import require_vllm
 from grpo_hub.generation.vllm_setup import ServerSettings, prepare_vllm
-from grpo_hub.training import features, filtering, scored_batch
+from grpo_hub.records.model_card import write_card_files
+from grpo_hub.records.run_record import run_record
+from grpo_hub.training import filtering, scored_batch
 from grpo_hub.training.batch_stream import (
     BatchStreamCallback,
     GenerationBatchStream,
@@ -44,7 +49,6 @@ from grpo_hub.training.batch_stream import (
     load_stream_state,
 )
 from grpo_hub.training.compat import check_trl_seams
-from grpo_hub.training.config import GRPOHubConfig
 from grpo_hub.training.dynamic_sampling import DynamicSampler
 from grpo_hub.training.finite_guard import FiniteGradientsCallback
 from grpo_hub.training.input_checks import (
@@ -53,7 +57,6 @@ from grpo_hub.training.input_checks import (
     check_trainer_options,
     checked_reward_funcs,
 )
-from grpo_hub.training.model_card import write_card_files
 from grpo_hub.training.own_loss import OwnLossSettings, own_loss
 from grpo_hub.training.packing import MicroStepPacker
 from grpo_hub.training.reference import (
@@ -61,10 +64,8 @@ from grpo_hub.training.reference import (
     strip_reference_adapter,
     trained_adapter_name,
 )
-from grpo_hub.training.run_record import run_record
 from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback, signature_columns
 from grpo_hub.training.turns import TurnCredit
-from grpo_hub.training.vllm_checks import is_path_line, scoring_forward_reason, uses_sampler_logprobs
 
 check_trl_seams(GRPOTrainer)
 
@@ -85,7 +86,9 @@ class GRPOHubTrainer(GRPOTrainer):
             adapter_engine(colocate_adapter, model, kwargs.get("peft_config")),  # a LoRA-enabled engine
             http_sync_client(args.vllm_server_sync if features.is_on("vllm_server_sync", args) else None),
         ):
-            if args.use_vllm:  # after the adapter's refusals, before TRL's ImportError (another package's extra)
+            if (
+                args.use_vllm
+            ):  # after the adapter's refusals, before TRL's ImportError (another package's extra)
                 require_vllm("`use_vllm`: training with vLLM")
             super().__init__(model, reward_funcs, args=args, **kwargs)
         # asynchronous rollouts (max_staleness > 0); vLLM's IS ratio from the training forward (where exact)
@@ -225,7 +228,7 @@ class GRPOHubTrainer(GRPOTrainer):
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """TRL's save, without PEFT's frozen `ref/` adapter folder unless `ref_adapter_save` (grpo_hub.training.reference);
-        a LoRA save also gets the model card, reward curve and run record (grpo_hub.training.model_card)."""
+        a LoRA save also gets the model card, reward curve and run record (grpo_hub.records.model_card)."""
         super().save_model(output_dir, _internal_call)
         if not self.args.ref_adapter_save and self.args.should_save:
             strip_reference_adapter(output_dir or self.args.output_dir)

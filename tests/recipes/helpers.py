@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_hub.training.config_files import read_config
+from grpo_hub.config.config_files import read_config
 from tests.conftest import REPO_ROOT, free_port
 from tests.training.distributed.launch import launch_env, run_isolated
 

@@ -2,7 +2,7 @@
 key, costs one line `grpo.py: error: ...` naming the field, exit status 2, no traceback, nothing written.
 
 The values come from each field's type and documented range: a wrong type, an unknown choice, an empty value,
-NaN, a number outside `grpo_hub.training.value_ranges` (TRL's, transformers', ModelConfig's and the recipe's own
+NaN, a number outside `grpo_hub.config.value_ranges` (TRL's, transformers', ModelConfig's and the recipe's own
 ranges), and every invalid setting of grpo_hub's own fields (`INVALID`). They are fed in-process through the
 recipe's parser (the checks precede any model or dataset load, so this is what the script does before it exits);
 `test_the_script_itself_*` shows the real process gives the same line and writes nothing.
@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_hub import GRPOHubConfig
-from grpo_hub.training import value_ranges
-from grpo_hub.training.flag_values import admits, element
+from grpo_hub.config import value_ranges
+from grpo_hub.config.flag_values import admits, element
 from tests.recipes.helpers import RECIPE, load_recipe, parse
 from tests.training.distributed.launch import launch_env
 from tests.training.helpers import INVALID

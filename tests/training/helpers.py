@@ -6,8 +6,8 @@ import math
 import torch
 from transformers import TrainerCallback
 
-from grpo_hub.training import features
-from grpo_hub.training.config import GRPOHubConfig
+from grpo_hub.config import features
+from grpo_hub.config.hub_config import GRPOHubConfig
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer, tiny_config
 
@@ -51,7 +51,7 @@ def run(tmp_path, model_dir, reward=half_signal_reward, **overrides) -> StepProb
     return probe
 
 
-# --- feature switches (grpo_hub.training.features) built on the tiny config ---
+# --- feature switches (grpo_hub.config.features) built on the tiny config ---
 COMPAT_BASE = {
     "max_steps": 2,
     "per_device_train_batch_size": 8,

@@ -29,7 +29,7 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from grpo_hub.training import features
+from grpo_hub.config import features
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import make_trainer, scored_batch, tiny_config
 from tests.training.equivalence_runs import Layout, logged_rewards, train, trained_weights

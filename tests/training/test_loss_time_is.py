@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from grpo_hub.config.vllm_checks import is_path_line, scoring_forward_reason
 from grpo_hub.generation.loss_time_is import LossTimeIS
-from grpo_hub.training.vllm_checks import is_path_line, scoring_forward_reason
 from tests.training import equivalence_runs as er
 
 IS_PREFIXES = ("sampling/", "vllm_is/")

@@ -16,7 +16,7 @@ import math
 import torch
 from trl.trainer.utils import pad
 
-from grpo_hub.training.vllm_checks import scoring_forward_reason
+from grpo_hub.config.vllm_checks import scoring_forward_reason
 
 OFFSET = 0.05  # |log π_sampler - log π_trainer| of the stand-in, at most
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grpo_hub.training.config import GRPOHubConfig
+from grpo_hub.config.hub_config import GRPOHubConfig
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import make_trainer, step_logs, tiny_config
 

@@ -1,16 +1,15 @@
 """Each feature's own value checks, on the resolved config (phase 2 of GRPOHubConfig; each row of
-grpo_hub.training.features names its own). A check reads its feature's fields and raises; it never changes anything.
-Rules that involve two features are conflicts (grpo_hub.training.conflicts).
+grpo_hub.config.features names its own). A check reads its feature's fields and raises; it never changes anything.
+Rules that involve two features are conflicts (grpo_hub.config.conflicts).
 """
 
 from __future__ import annotations
 
 from grpo_hub.algos import advantages, importance, loss_types, losses, selection
+from grpo_hub.config.validation import check_choice, check_positive
+from grpo_hub.config.vllm_checks import check_sampler_matches_trainer
 from grpo_hub.errors import field_error
 from grpo_hub.generation import server
-from grpo_hub.training.reference import validate_reference_settings
-from grpo_hub.training.validation import check_choice, check_positive
-from grpo_hub.training.vllm_checks import check_sampler_matches_trainer
 
 ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
 DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
@@ -172,6 +171,39 @@ def check_max_staleness(c) -> None:
             "max_staleness",
             f"is a number of optimizer steps, got {c.max_staleness}.",
             "use 0 (synchronous) or a positive bound such as 1.",
+        )
+
+
+REF_SYNC_MODES = ("never", "steps", "epoch")  # when the frozen 'ref' adapter is refreshed
+
+
+def validate_reference_settings(
+    sync_on: str, sync_steps: int, mixup_alpha: float, beta: float, sync_ref_model: bool, keep: bool
+) -> None:
+    """Raise ValueError, naming the field and the fix, for reference-adapter settings that cannot work."""
+    check_choice("ref_adapter_sync_on", sync_on, REF_SYNC_MODES)
+    if isinstance(sync_steps, bool) or not isinstance(sync_steps, int) or sync_steps < 1:
+        field_error("ref_adapter_sync_steps", f"must be an int >= 1, got {sync_steps!r}.", "use e.g. 64.")
+    if not 0.0 < mixup_alpha <= 1.0:
+        field_error(
+            "ref_adapter_mixup_alpha",
+            f"must be in (0, 1] (1.0 = hard copy, < 1 = EMA), got {mixup_alpha!r}.",
+            "use 1.0 or e.g. 0.5.",
+        )
+    setting = "ref_adapter_sync_on" if sync_on != "never" else "ref_adapter_keep"
+    if (sync_on != "never" or keep) and beta == 0.0:
+        field_error(
+            setting,
+            "needs a KL term, but `beta` is 0, so TRL computes no reference log-probs and a reference adapter "
+            "has no effect.",
+            "set `beta` > 0, or `ref_adapter_sync_on='never'` and `ref_adapter_keep=False`.",
+        )
+    if sync_on != "never" and sync_ref_model:
+        field_error(
+            "ref_adapter_sync_on",
+            "and `sync_ref_model=True` (TRL's refresh of a full reference model, which raises "
+            "NotImplementedError with PEFT) both refresh the reference.",
+            "set only one of them: ref_adapter_sync_on for a PEFT reference adapter.",
         )
 
 

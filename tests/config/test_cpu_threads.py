@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_hub.training.cpu_threads import available_cores, thread_choice
+from grpo_hub.config.cpu_threads import available_cores, thread_choice
 from tests.recipes.helpers import launch
 from tests.training.distributed.launch import launch_env, run_isolated
 

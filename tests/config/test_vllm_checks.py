@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
+from grpo_hub.config.hub_config import GRPOHubConfig
 from grpo_hub.generation.is_diagnostics import local_is_sums
 from grpo_hub.generation.server import check_server_logprobs_mode
-from grpo_hub.training.config import GRPOHubConfig
 
 CPU = {"use_cpu": True, "bf16": False, "report_to": "none"}
 

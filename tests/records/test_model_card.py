@@ -6,14 +6,14 @@ from __future__ import annotations
 import io
 import json
 
-from grpo_hub.training.model_card import (
+from grpo_hub.records.model_card import (
     build_model_card,
     final_metrics,
     pushed_revision,
     reward_curve_png,
     write_card_files,
 )
-from grpo_hub.training.run_record import changed_fields, loss_variant, read_run_record, run_record
+from grpo_hub.records.run_record import changed_fields, loss_variant, read_run_record, run_record
 from tests.hub.fake_hub import validate_card_yaml
 
 LOG = [
@@ -50,7 +50,7 @@ def test_card_metadata_validates_and_only_names_hub_base_models(tmp_path):
 
 
 def test_run_record_keeps_non_default_fields_the_variant_and_never_a_token(tmp_path):
-    from grpo_hub.training.config import GRPOHubConfig
+    from grpo_hub.config.hub_config import GRPOHubConfig
 
     args = GRPOHubConfig(
         output_dir=str(tmp_path),
@@ -108,7 +108,7 @@ def test_run_record_leaves_a_live_deepspeed_run_alone(tmp_path, monkeypatch):
     """Building the reference config must not install another DeepSpeed config (ZeRO-3 ranks would desync)."""
     from transformers.integrations import deepspeed
 
-    from grpo_hub.training.config import GRPOHubConfig
+    from grpo_hub.config.hub_config import GRPOHubConfig
 
     args = GRPOHubConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, learning_rate=0.5)
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")

@@ -5,7 +5,7 @@ TRL, transformers, peft and torch refuse most of these values too, but later and
 ending in "`max_new_tokens` must be greater than 0" for `max_completion_length=-5`, or a run that trains to the
 end on `beta=-1` (a negative KL weight rewards moving away from the reference). Each `Range` says what it allows
 and why, and its error names the field the user set. grpo_hub's own fields keep their checks in their feature rows
-(`grpo_hub.training.feature_checks`), the IS bounds theirs (`vllm_checks.check_is_bounds`). The table is generated
+(`grpo_hub.config.feature_checks`), the IS bounds theirs (`vllm_checks.check_is_bounds`). The table is generated
 into docs/config-reference.md (`docs/gen_config_reference.py`, tested current).
 """
 
@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 from transformers.trainer_pt_utils import AcceleratorConfig
 
+from grpo_hub.config.validation import conflict_error
 from grpo_hub.errors import field_error
-from grpo_hub.training.validation import conflict_error
 
 SEED_MAX = 2**32 - 1  # numpy's seed range, which transformers' set_seed feeds
 

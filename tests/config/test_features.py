@@ -7,8 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 import grpo_hub
-from grpo_hub.training import conflicts, features
-from grpo_hub.training.config import GRPOHubConfig
+from grpo_hub.config import conflicts, features
+from grpo_hub.config.hub_config import GRPOHubConfig
 
 PACKAGE = Path(grpo_hub.__file__).parent
 OWN_FIELDS = set(inspect.get_annotations(GRPOHubConfig))  # the fields grpo_hub adds or redeclares

@@ -1,6 +1,6 @@
 """GRPOHubConfig builds in two phases, both here. `resolve` first turns presets and implied switches into plain
 settings (in the numbered order of its docstring). `validate` then checks the resolved config: every feature row's
-own checks (grpo_hub.training.features), then every conflict (grpo_hub.training.conflicts). Validation never
+own checks (grpo_hub.config.features), then every conflict (grpo_hub.config.conflicts). Validation never
 changes the config, so its outcome does not depend on the order of the checks (tested by running them in reverse).
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import warnings
 
 from grpo_hub.algos import loss_types
+from grpo_hub.config import conflicts, features, vllm_checks
+from grpo_hub.config.validation import conflict_error
 from grpo_hub.errors import field_error
-from grpo_hub.training import conflicts, features, vllm_checks
-from grpo_hub.training.validation import conflict_error
 
 TRL_EPSILON = 0.2
 

@@ -2,7 +2,7 @@
 the `--push_to_hub` callback.
 
 `build_model_card(record, ...)` renders a `huggingface_hub.ModelCard` from a run record
-(`grpo_hub.training.run_record`): YAML front matter (base_model when it is a Hub id, library_name "peft",
+(`grpo_hub.records.run_record`): YAML front matter (base_model when it is a Hub id, library_name "peft",
 tags trl/grpo/grpo-hub/lora/<loss variant>), the usage snippet TRL's cards carry (PEFT / transformers
 pipeline), the non-default config, the final metrics, the reward curve (`reward_curve_png`, matplotlib
 Agg), framework versions and the citations of GRPO and of the loss variant.
@@ -279,7 +279,7 @@ def write_card_files(folder, record: Mapping) -> None:
     import json
     from pathlib import Path
 
-    from grpo_hub.training.run_record import write_run_record
+    from grpo_hub.records.run_record import write_run_record
 
     folder = Path(folder)
     write_run_record(folder, dict(record))

@@ -13,8 +13,8 @@ import argparse
 import re
 import typing
 
+from grpo_hub.config.validation import union_members
 from grpo_hub.errors import field_message
-from grpo_hub.training.validation import union_members
 
 ARGPARSE_ERROR = re.compile(r"^argument (--[\w-]+)(?:/--[\w-]+)*: (.*)$", re.DOTALL)
 TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}

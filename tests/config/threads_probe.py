@@ -2,7 +2,7 @@
 
 import torch
 
-from grpo_hub.training.cpu_threads import use_machine_cores
+from grpo_hub.config.cpu_threads import use_machine_cores
 
 if __name__ == "__main__":
     print(use_machine_cores(1))

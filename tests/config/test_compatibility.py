@@ -1,4 +1,4 @@
-"""Every pair of feature switches (grpo_hub.training.features.FEATURES) is refused at config time with both fields
+"""Every pair of feature switches (grpo_hub.config.features.FEATURES) is refused at config time with both fields
 named, or builds; the accepted pairs that share a seam (`Feature.seams`) train 2 steps with finite weights, and one
 run trains every switch that builds together. Where the docs claim an equivalence, it holds for every combination
 that allows it (packed == unpacked filtering; filtering with the 'all' denominator == no filtering). Validation's
@@ -15,8 +15,8 @@ import math
 import pytest
 import torch
 
-from grpo_hub.training import conflicts, features, resolve_and_validate
-from grpo_hub.training.config import GRPOHubConfig
+from grpo_hub.config import conflicts, features, resolve_and_validate
+from grpo_hub.config.hub_config import GRPOHubConfig
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer, tiny_config
 from tests.training.dynamic.scripted import tool_trainer

@@ -8,7 +8,7 @@ log-softmax of logits / temperature. So temperature agrees, and everything else 
 distribution does not: top-k/top-p/min-p renormalise over the kept tokens, which multiplies every ratio by
 the kept mass S (trl#6789), and penalties/constraints move it by amounts the trainer never sees.
 `check_sampler_matches_trainer` rejects those settings; `check_is_bounds` checks the bounds once
-`vllm_is_preset` is applied (grpo_hub.training.resolve_and_validate). No torch or vLLM import: this runs inside `GRPOHubConfig.__post_init__`.
+`vllm_is_preset` is applied (grpo_hub.config.resolve_and_validate). No torch or vLLM import: this runs inside `GRPOHubConfig.__post_init__`.
 """
 
 from __future__ import annotations

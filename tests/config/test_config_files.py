@@ -1,8 +1,8 @@
-"""grpo_hub/training/config_files.py: a recipe YAML extends its parent and states only what differs."""
+"""grpo_hub/config/config_files.py: a recipe YAML extends its parent and states only what differs."""
 
 import pytest
 
-from grpo_hub.training.config_files import read_config
+from grpo_hub.config.config_files import read_config
 
 
 def test_a_child_overrides_its_parents_keys_along_the_chain(tmp_path):

@@ -2,7 +2,7 @@
 
 import warnings
 
-from grpo_hub.training.console import (
+from grpo_hub.records.console import (
     CompactProgress,
     LineProgress,
     progress_line,

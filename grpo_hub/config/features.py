@@ -1,10 +1,10 @@
 """Every grpo_hub feature, described once, as a row that owns it: its switch (`is_on`), the seams it touches, the
-tags conflicts are derived from (grpo_hub.training.conflicts), its own value checks (feature_checks.py), and the
+tags conflicts are derived from (grpo_hub.config.conflicts), its own value checks (feature_checks.py), and the
 fields that need it.
 
 The trainer and its helpers ask a row (`is_on(name, config)`, `any_on(tag, config)`) instead of re-deriving a
 predicate on the config. docs/compatibility.md is generated from the rows that have an `example` (a setting that
-switches the feature on), by building every pair of them (tests/training/test_compatibility.py).
+switches the feature on), by building every pair of them (tests/config/test_compatibility.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from grpo_hub.training import feature_checks as checks
+from grpo_hub.config import feature_checks as checks
 
 # --- seams: where a feature acts on TRL's step (the pairwise suite trains the pairs that share one) ---
 REWARDS = "rewards"  # the rewards, transformed per function (seam 1) or read (advantages, zero-signal groups)

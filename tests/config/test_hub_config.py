@@ -13,10 +13,11 @@ import pytest
 import trl
 from trl import GRPOConfig, GRPOTrainer, TrlParser
 
-from grpo_hub.training import features
-from grpo_hub.training.compat import check_trl_seams, check_trl_version
-from grpo_hub.training.config import EFFECT_NEEDS, GRPOHubConfig
-from grpo_hub.training.validation import _allowed_types
+from grpo_hub.config import features
+from grpo_hub.config.hub_config import EFFECT_NEEDS, GRPOHubConfig
+from grpo_hub.config.trl_version import check_trl_version
+from grpo_hub.config.validation import _allowed_types
+from grpo_hub.training.compat import check_trl_seams
 from tests.training.helpers import INVALID, outcome
 
 OWN_FIELDS = inspect.get_annotations(GRPOHubConfig)
@@ -242,3 +243,13 @@ def test_an_invalid_value_next_to_any_switch_is_a_value_error():
         for feature in features.SWITCHES.values():
             result = outcome({**feature.example, **kwargs})  # any exception but ValueError propagates
             assert isinstance(result, ValueError | GRPOHubConfig), (name, feature.name)
+
+
+def test_the_old_import_path_warns_and_gives_the_same_class():
+    import importlib
+    import sys
+
+    sys.modules.pop("grpo_hub.training.config", None)
+    with pytest.warns(DeprecationWarning, match="moved to grpo_hub.config.hub_config"):
+        old = importlib.import_module("grpo_hub.training.config")
+    assert old.GRPOHubConfig is GRPOHubConfig

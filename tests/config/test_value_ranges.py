@@ -1,4 +1,4 @@
-"""grpo_hub.training.value_ranges against naive rules: ranges, whole groups per generation batch, the suggested fix."""
+"""grpo_hub.config.value_ranges against naive rules: ranges, whole groups per generation batch, the suggested fix."""
 
 import random
 import re
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from grpo_hub.training import value_ranges
-from grpo_hub.training.value_ranges import Range
+from grpo_hub.config import value_ranges
+from grpo_hub.config.value_ranges import Range
 
 
 def settings(**kwargs):

@@ -1,6 +1,6 @@
 """Pairs of settings refused together, each error naming both fields.
 
-Most conflicts follow from the features' tags (grpo_hub.training.features): a `TagRule` refuses every pair of
+Most conflicts follow from the features' tags (grpo_hub.config.features): a `TagRule` refuses every pair of
 features, one carrying each tag, when both are on, so a new feature row that carries a tag gets its conflicts
 without another edit. `EXCEPTIONS` are the conflicts a tag cannot express (they hinge on a value, not a switch),
 each with its reason.
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from grpo_hub.algos import loss_types
-from grpo_hub.training import features as F
+from grpo_hub.config import features as F
 
 
 @dataclass(frozen=True)
