@@ -24,6 +24,8 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from transformers import TrainerCallback
+
 
 def sampling_params(generation) -> dict:
     """The sampling arguments of `VLLMClient.generate`, from TRL's `VLLMGeneration` (what its server mode sends)."""
@@ -182,3 +184,13 @@ class AsyncRollouts:
         self.queue.clear()
         if self.executor is not None:
             self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class RolloutsCallback(TrainerCallback):
+    """Asynchronous rollouts: the batches still in flight when training ends are dropped (never trained)."""
+
+    def __init__(self, rollouts):
+        self.rollouts = rollouts
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.rollouts.close()

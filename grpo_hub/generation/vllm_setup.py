@@ -3,18 +3,32 @@ mode) the checks of the server and the asynchronous rollouts."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from grpo_hub.errors import field_error
 from grpo_hub.generation import server, server_process
 from grpo_hub.generation.adapter_sync import (
+    adapter_engine,
     check_not_fsdp,
     check_servable,
     head_targets,
     install_adapter_sync,
 )
-from grpo_hub.generation.async_rollouts import AsyncRollouts, sampling_params
+from grpo_hub.generation.async_rollouts import AsyncRollouts, RolloutsCallback, sampling_params
 from grpo_hub.generation.colocate import enable_cpu_weight_sync
+
+
+@contextlib.contextmanager
+def building_generation(use_vllm: bool, colocate_adapter: bool, server_sync: str | None, model, peft_config):
+    """While TRL builds its `VLLMGeneration`: a LoRA-enabled colocate engine (`colocate_adapter`, whose refusals come
+    first), grpo_hub's HTTP sync client (`server_sync`: the vllm_server_sync value in server mode, else None), and
+    with `use_vllm` a one-line error naming the install where vLLM is missing (before TRL's ImportError, which names
+    another package's extra)."""
+    with adapter_engine(colocate_adapter, model, peft_config), server.http_sync_client(server_sync):
+        if use_vllm:
+            server_process.require_vllm("`use_vllm`: training with vLLM")
+        yield
 
 
 def prepare_colocate(generation, *, adapter_sync: bool, adapter: str | None) -> None:
@@ -40,14 +54,19 @@ class ServerSettings:
     num_generations: int
 
 
-def prepare_vllm(generation, settings: ServerSettings, *, colocate_adapter: bool, collectives, metrics):
+def prepare_vllm(
+    generation, settings: ServerSettings, *, colocate_adapter: bool, add_callback, collectives, metrics
+) -> AsyncRollouts | None:
     """The weight sync TRL's `VLLMGeneration` runs: colocate (`prepare_colocate`, adapter-only with
-    `colocate_adapter`), or server mode with its checks and asynchronous rollouts (`prepare_server`, whose result,
-    the rollouts or None, is returned)."""
+    `colocate_adapter`), or server mode with its checks and asynchronous rollouts (`prepare_server`); returns the
+    rollouts (None: synchronous), whose callback `add_callback` (the trainer's) adds."""
     if generation.mode == "colocate":
         prepare_colocate(generation, adapter_sync=colocate_adapter, adapter=settings.adapter)
         return None
-    return prepare_server(generation, settings, collectives=collectives, metrics=metrics)
+    rollouts = prepare_server(generation, settings, collectives=collectives, metrics=metrics)
+    if rollouts is not None:
+        add_callback(RolloutsCallback(rollouts))
+    return rollouts
 
 
 def base_weight_bytes(model) -> int:

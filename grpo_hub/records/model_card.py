@@ -290,3 +290,11 @@ def write_card_files(folder, record: Mapping) -> None:
     adapter_config = json.loads(config_path.read_text()) if config_path.is_file() else None
     card = build_model_card(record, adapter_config=adapter_config, has_curve=curve is not None)
     (folder / "README.md").write_text(str(card))
+
+
+def write_run_files(folder, args, state, base_model: str | None) -> None:
+    """A saved LoRA adapter's run record (from `args` and the trainer `state`), reward curve and card
+    (`write_card_files`): what a push reads."""
+    from grpo_hub.records.run_record import run_record
+
+    write_card_files(folder, run_record(args, state.log_history, state.global_step, base_model))

@@ -126,13 +126,3 @@ class BatchStreamCallback(TrainerCallback):
             os.makedirs(folder, exist_ok=True)
             length = len(train_dataloader) if has_length(train_dataloader) else None
             torch.save(self.stream.state_dict(length), os.path.join(folder, STATE_FILE))
-
-
-class RolloutsCallback(TrainerCallback):
-    """Asynchronous rollouts: the batches still in flight when training ends are dropped (never trained)."""
-
-    def __init__(self, rollouts):
-        self.rollouts = rollouts
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.rollouts.close()

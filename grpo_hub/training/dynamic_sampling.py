@@ -21,9 +21,12 @@ torch only; `DynamicSampler` is the trainer glue.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from grpo_hub.algos.filtering import COMPLETION_KEYS
+from grpo_hub.training import filtering
 from grpo_hub.training.batch_stream import GenerationBatchStream
 
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
@@ -117,13 +120,25 @@ class DynamicSampler:
         self.stream = stream
 
     @classmethod
-    def from_config(cls, args, *, group_size: int, **wiring) -> DynamicSampler:
-        """A sampler with the `dynamic_sampling_*` fields of `args` (a GRPOHubConfig) and the trainer's `wiring`."""
+    def from_config(
+        cls, args, *, group_size: int, num_processes: int, pad_to_multiple_of: int | None, **wiring
+    ) -> DynamicSampler:
+        """A sampler with the `dynamic_sampling_*` fields of `args` (a GRPOHubConfig) and the trainer's `wiring`; its
+        selected rows are kept by `filtering.drop_rows` (padded to the row count all ranks agree on)."""
+        drop_rows = functools.partial(
+            filtering.drop_rows,
+            gather=wiring["gather"],
+            steps_per_generation=args.steps_per_generation,
+            num_processes=num_processes,
+            pad_to_multiple_of=pad_to_multiple_of,
+            metrics=wiring["metrics"],
+        )
         return cls(
             group_size=group_size,
             target=args.dynamic_sampling_target_groups or args.generation_batch_size // group_size,
             max_rounds=args.dynamic_sampling_max_rounds,
             on_cap=args.dynamic_sampling_on_cap,
+            drop_rows=drop_rows,
             **wiring,
         )
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import torch
 
+from grpo_hub.algos import loss_types
 from grpo_hub.algos.filtering import agreed_row_count, keep_rows, micro_step_row_counts
 
 # (B,) bool key of a scored batch: rows of groups with signal; the others are dropped after TRL's split
@@ -94,3 +95,11 @@ def drop_rows(
     metrics["zero_signal/rows_trained"].append(float(kept_rows))
     metrics["zero_signal/rows_padded"].append(float(num_rows * num_processes - kept_rows))
     return output
+
+
+def rescale_to_kept_rows(loss, inputs: dict, kind: str, denominator):
+    """TRL's loss of a micro-batch whose zero-signal rows were dropped, moved from TRL's denominator to grpo_hub's.
+    `kind`: `loss_denominator`; `denominator(inputs, kind, micro_count, filtered=...)`: the trainer's
+    `micro_batch_denominator` of this micro-batch, whose mean ran over `micro_count` rows (ROWS) or loss tokens."""
+    micro = inputs["prompt_ids"].shape[0] if kind == loss_types.ROWS else inputs["completion_mask"].sum()
+    return loss * (denominator(inputs, kind, micro, filtered=False) / denominator(inputs, kind, micro))

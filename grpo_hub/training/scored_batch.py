@@ -7,10 +7,12 @@ clipping, KL in the reward), the advantage logs and the zero-signal kinds. The f
 which rows train is grpo_hub.training.filtering's job.
 """
 
+import contextlib
 import copy
 from collections.abc import Callable
 
 import torch
+from trl.trainer.utils import use_adapter
 
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos import losses
@@ -77,6 +79,17 @@ def sequence_kl(output: dict, score_logps: Callable[[bool], torch.Tensor]) -> to
     ref = output.get("ref_per_token_logps")
     ref = score_logps(True) if ref is None else ref
     return (losses.kl_penalty(old, ref, kind="k1") * mask).sum(dim=1)
+
+
+def rescored_logps(output: dict, use_reference: bool, *, peft_model, per_token_logps) -> torch.Tensor:
+    """No-grad per-token log-probs of the policy, or of the PEFT base / "ref" adapter (`use_reference`), on the
+    scored rows of `output`; `per_token_logps(ids, mask, logits_to_keep)` is TRL's scorer of the trained model."""
+    ids, mask = (
+        torch.cat([output[f"prompt_{k}"], output[f"completion_{k}"]], dim=1) for k in ("ids", "mask")
+    )
+    adapter = "ref" if use_reference and "ref" in peft_model.peft_config else None
+    with use_adapter(peft_model, adapter_name=adapter) if use_reference else contextlib.nullcontext():
+        return per_token_logps(ids, mask, output["completion_ids"].size(1))
 
 
 def log_advantages(everything: torch.Tensor, metrics: dict) -> None:

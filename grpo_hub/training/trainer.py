@@ -1,53 +1,31 @@
 """GRPOHubTrainer: `trl.GRPOTrainer` with grpo_hub's features wired through TRL's seams; only the seams live here.
 
-Order of calls in TRL 1.16 / transformers for one generation batch (full account: docs/architecture.md):
-1. transformers' `_run_epoch` pulls one optimizer step of batches (`get_batch_samples`: the batch stream counts
-   pulls) and, per micro-step, sets `sync_gradients` and calls `training_step` (packing: `training.packing`).
-2. `training_step` -> `_prepare_inputs`: every steps_per_generation x num_iterations micro-steps (`_step`) TRL calls
-   `_generate_and_score_completions` (dynamic sampling: several rounds, `_score_round` each) ->
-   `_generate` -> old / reference log-probs, vLLM IS ratio -> `_calculate_rewards` (reward clip / norm, gathered
-   over ranks) -> TRL's advantages and metrics -> our edits (`training.scored_batch`: advantages, geometric IS,
-   logs; zero-signal rows marked) -> TRL shuffles, splits into steps_per_generation micro-batches and buffers
-   them -> our `_prepare_filtered` drops the marked rows of each buffered micro-batch (counts recorded); each
-   micro-step takes buffer[_step % steps_per_generation] (packing: re-packed or skipped).
-3. transformers' `training_step` -> `compute_loss` -> `_compute_loss` (TRL's loss rescaled to the denominator of
-   `algos.loss_denominator`, or `training.own_loss`) -> backward; TRL then advances `_step`. The optimizer steps after
-   the micro-step with `sync_gradients`.
-`get_batch_samples` / `_init_training_state` (transformers): a resume starts where the batch stream was saved.
-Every formula lives in `grpo_hub.algos`; the helpers of this wing get narrow inputs (callables, a metrics dict)
-from here. Nothing here copies TRL code.
+The seams, in the order TRL 1.16 and transformers call them for one generation batch (full account:
+docs/architecture.md): `get_batch_samples` (the batch stream counts pulls), `training_step` (packing),
+`_prepare_inputs` (TRL scores, shuffles, splits and buffers; filtering drops the marked rows of each micro-batch),
+`_generate_and_score_completions` (dynamic sampling's rounds, `_score_round` each: our edits after TRL's scored
+batch), `_calculate_rewards` (checks, clip / norm), `_compute_loss` (TRL's loss rescaled, or `training.own_loss`).
+Every formula lives in `grpo_hub.algos`; the helpers get narrow inputs from here. Nothing here copies TRL code.
 """
 
-import contextlib
 import copy
 import functools
 
 import torch
 from accelerate.utils import broadcast_object_list, gather_object, is_peft_model
 from trl import GRPOTrainer
-from trl.trainer.utils import use_adapter
 
 from grpo_hub.algos import advantages as adv_fns
-from grpo_hub.algos import loss_types
 from grpo_hub.algos.loss_denominator import batch_counts, micro_batch_denominator
 from grpo_hub.config import features
 from grpo_hub.config.hub_config import GRPOHubConfig
 from grpo_hub.config.vllm_checks import is_path_line, scoring_forward_reason, uses_sampler_logprobs
 from grpo_hub.generation import loss_time_is
-from grpo_hub.generation.adapter_sync import adapter_engine
 from grpo_hub.generation.is_diagnostics import edit_is_weights
-from grpo_hub.generation.server import http_sync_client
-from grpo_hub.generation.server_process import require_vllm
-from grpo_hub.generation.vllm_setup import ServerSettings, prepare_vllm
-from grpo_hub.records.model_card import write_card_files
-from grpo_hub.records.run_record import run_record
+from grpo_hub.generation.vllm_setup import ServerSettings, building_generation, prepare_vllm
+from grpo_hub.records.model_card import write_run_files
 from grpo_hub.training import filtering, scored_batch
-from grpo_hub.training.batch_stream import (
-    BatchStreamCallback,
-    GenerationBatchStream,
-    RolloutsCallback,
-    load_stream_state,
-)
+from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream, load_stream_state
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.dynamic_sampling import DynamicSampler
 from grpo_hub.training.finite_guard import FiniteGradientsCallback
@@ -82,14 +60,10 @@ class GRPOHubTrainer(GRPOTrainer):
                 f"`args` must be a GRPOHubConfig, got {type(args).__name__}; build a GRPOHubConfig."
             )
         colocate_adapter = features.is_on("vllm_adapter_sync", args) and args.vllm_mode == "colocate"
-        with (
-            adapter_engine(colocate_adapter, model, kwargs.get("peft_config")),  # a LoRA-enabled engine
-            http_sync_client(args.vllm_server_sync if features.is_on("vllm_server_sync", args) else None),
+        server_sync = args.vllm_server_sync if features.is_on("vllm_server_sync", args) else None
+        with building_generation(
+            args.use_vllm, colocate_adapter, server_sync, model, kwargs.get("peft_config")
         ):
-            if (
-                args.use_vllm
-            ):  # after the adapter's refusals, before TRL's ImportError (another package's extra)
-                require_vllm("`use_vllm`: training with vLLM")
             super().__init__(model, reward_funcs, args=args, **kwargs)
         # asynchronous rollouts (max_staleness > 0); vLLM's IS ratio from the training forward (where exact)
         self._rollouts = self._loss_time_is = None
@@ -134,74 +108,63 @@ class GRPOHubTrainer(GRPOTrainer):
             self._turn_credit = TurnCredit(funcs, names, weights, args.turn_advantages, self._gather)
 
     def _prepare_vllm(self, colocate_adapter: bool) -> None:
-        """Where vLLM's IS ratio comes from, and `generation.vllm_setup.prepare_vllm`: the weight sync, and in server
-        mode the server checks and the asynchronous rollouts."""
+        """Where vLLM's IS ratio comes from (said once), then `generation.vllm_setup.prepare_vllm`: the weight sync,
+        and in server mode the server checks and the asynchronous rollouts."""
         args, model, acc = self.args, self.model, self.accelerator
         if args.vllm_importance_sampling_correction:
             reason = scoring_forward_reason(args)
             self._use_loss_time_is(reason is None)
-            if acc.is_main_process:
-                print(is_path_line(reason), flush=True)
+            acc.print(is_path_line(reason), flush=True)
         settings = ServerSettings(
             sync=args.vllm_server_sync, sync_dir=args.vllm_server_sync_dir, max_staleness=args.max_staleness,
             reads_sampler_logprobs=uses_sampler_logprobs(args), model_name=model.config._name_or_path,
             adapter=trained_adapter_name(model) if is_peft_model(model) else None, num_generations=self.num_generations,
         )  # fmt: skip
         broadcast = functools.partial(broadcast_object_list, from_process=0)
-        collectives = (gather_object, broadcast, acc.process_index, acc.is_main_process)
         self._rollouts = prepare_vllm(
-            self.vllm_generation, settings, colocate_adapter=colocate_adapter, collectives=collectives,
-            metrics=self._metrics["train"],
+            self.vllm_generation, settings, colocate_adapter=colocate_adapter, add_callback=self.add_callback,
+            collectives=(gather_object, broadcast, acc.process_index, acc.is_main_process), metrics=self._metrics["train"],
         )  # fmt: skip
-        if self._rollouts is not None:
-            self.add_callback(RolloutsCallback(self._rollouts))
+
+    def _is_settings(self) -> dict:
+        """TRL's vLLM IS mode and bounds with grpo_hub's pooling (`generation.is_diagnostics.is_settings`)."""
+        return dict(trl_mode=self.vllm_importance_sampling_mode, pooling=self.args.vllm_is_pooling,
+                    low=self.vllm_importance_sampling_clip_min, high=self.vllm_importance_sampling_clip_max)  # fmt: skip
 
     def _use_loss_time_is(self, on: bool) -> None:
         """Take vLLM's IS ratio from the training forward (`on`: where exact) instead of TRL's scoring forward."""
-        self._loss_time_is = None if not on else loss_time_is.LossTimeIS(
-            trl_mode=self.vllm_importance_sampling_mode, pooling=self.args.vllm_is_pooling,
-            low=self.vllm_importance_sampling_clip_min, high=self.vllm_importance_sampling_clip_max,
-            gather=self._gather, metrics=self._metrics["train"],
-        )  # fmt: skip
+        self._loss_time_is = None
         if on:
+            metrics = self._metrics["train"]
+            self._loss_time_is = loss_time_is.LossTimeIS(
+                **self._is_settings(), gather=self._gather, metrics=metrics
+            )
             self.add_callback(loss_time_is.FlushCallback(self._loss_time_is))
 
     def _next_async_batch(self, inputs):
-        """max_staleness > 0: sync the server to this step's policy, then the oldest launched batch
-        (`AsyncRollouts.next_batch`), whose completions TRL's generate is served."""
+        """max_staleness > 0: sync the server to this step's policy (TRL's own check), then the oldest launched batch
+        (`AsyncRollouts.next_batch`); `prompt_ids` are the token ids TRL's `_generate` sends for a batch."""
         if self._last_loaded_step != self.state.global_step:
             self.vllm_generation.sync_weights()
             self._last_loaded_step = self.state.global_step
-        return self._rollouts.next_batch(inputs, self.state.global_step, self._batch_stream, self._prompt_ids)
-
-    def _prompt_ids(self, inputs) -> list:
-        """The token ids TRL's `_generate` sends for these rows (its own `_tokenize_prompts`)."""
-        return self._tokenize_prompts(copy.deepcopy([x["prompt"] for x in inputs]))[0]
+        prompt_ids = lambda rows: self._tokenize_prompts(copy.deepcopy([x["prompt"] for x in rows]))[0]  # noqa: E731
+        return self._rollouts.next_batch(inputs, self.state.global_step, self._batch_stream, prompt_ids)
 
     def _make_dynamic_sampler(self) -> DynamicSampler:
+        acc = self.accelerator
         return DynamicSampler.from_config(
-            self.args,
-            group_size=self.num_generations,
-            score_round=self._score_round,
-            drop_rows=self._drop_rows,
-            gather=self._gather,
-            rank=self.accelerator.process_index,
-            pad_token_id=self._tokenizer.pad_token_id,
-            stream=self._batch_stream,
-            metrics=self._metrics["train"],
-        )
+            self.args, group_size=self.num_generations, score_round=self._score_round, gather=self._gather,
+            rank=acc.process_index, num_processes=acc.num_processes, pad_to_multiple_of=self.pad_to_multiple_of,
+            pad_token_id=self._tokenizer.pad_token_id, stream=self._batch_stream, metrics=self._metrics["train"],
+        )  # fmt: skip
 
     def _make_selector(self) -> SelectiveRollout:
+        acc = self.accelerator
         selector = SelectiveRollout.from_config(
-            self.args,
-            stream=self._batch_stream,
-            gather_objects=gather_object,
-            gather=self._gather,
-            rank=self.accelerator.process_index,
-            num_processes=self.accelerator.num_processes,
-            group_size=self.num_generations,
+            self.args, stream=self._batch_stream, gather_objects=gather_object, gather=self._gather,
+            rank=acc.process_index, num_processes=acc.num_processes, group_size=self.num_generations,
             metrics=self._metrics["train"],
-        )
+        )  # fmt: skip
         self._selector_callback = SelectiveRolloutCallback(selector)
         self.add_callback(self._selector_callback)
         return selector
@@ -234,8 +197,7 @@ class GRPOHubTrainer(GRPOTrainer):
             strip_reference_adapter(output_dir or self.args.output_dir)
         if self.args.should_save and is_peft_model(self.model):  # the card and run record a push reads
             base = getattr(self.model.config, "_name_or_path", None)
-            record = run_record(self.args, self.state.log_history, self.state.global_step, base)
-            write_card_files(output_dir or self.args.output_dir, record)
+            write_run_files(output_dir or self.args.output_dir, self.args, self.state, base)
 
     # --- seam 1: rewards ---
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -320,15 +282,7 @@ class GRPOHubTrainer(GRPOTrainer):
                 output, rewards_per_func, group_size, rank_rows, norm, self._metrics[mode]
             )
         if self.vllm_importance_sampling_correction and in_loss is None:
-            edit_is_weights(
-                output,
-                self._metrics[mode],
-                self._gather,
-                trl_mode=self.vllm_importance_sampling_mode,
-                pooling=self.args.vllm_is_pooling,
-                low=self.vllm_importance_sampling_clip_min,
-                high=self.vllm_importance_sampling_clip_max,
-            )
+            edit_is_weights(output, self._metrics[mode], self._gather, **self._is_settings())
         scored_batch.log_advantages(
             self.accelerator.gather(output["advantages"].detach().reshape(-1).float()), self._metrics[mode]
         )
@@ -343,35 +297,14 @@ class GRPOHubTrainer(GRPOTrainer):
         """Advantages over all ranks' rows from the (transformed) rewards; returns this rank's slice."""
         kl = None
         if features.is_on("kl_in_reward", self.args):  # every rank's rows, as the rewards
-            kl = self._gather(scored_batch.sequence_kl(output, functools.partial(self._score_logps, output)))
+            batch_size = self.args.per_device_train_batch_size
+            score = functools.partial(
+                scored_batch.rescored_logps, output, peft_model=self.accelerator.unwrap_model(self.model),
+                per_token_logps=lambda *a: self._get_per_token_logps_and_entropies(self.model, *a, batch_size=batch_size)[0],
+            )  # fmt: skip
+            kl = self._gather(scored_batch.sequence_kl(output, score))
         advantages = scored_batch.recompute_advantages(rewards, group_size, self.args, self.scale_rewards, kl)
         return advantages[rank_rows]
-
-    def _score_logps(self, output, use_reference: bool) -> torch.Tensor:
-        """No-grad per-token log-probs of the policy, or of the PEFT base/"ref" adapter, on the scored rows."""
-        ids, mask = (
-            torch.cat([output[f"prompt_{k}"], output[f"completion_{k}"]], dim=1) for k in ("ids", "mask")
-        )
-        model = self.accelerator.unwrap_model(self.model)
-        adapter = "ref" if use_reference and "ref" in model.peft_config else None
-        with use_adapter(model, adapter_name=adapter) if use_reference else contextlib.nullcontext():
-            keep, batch_size = output["completion_ids"].size(1), self.args.per_device_train_batch_size
-            return self._get_per_token_logps_and_entropies(
-                self.model, ids, mask, keep, batch_size=batch_size
-            )[0]
-
-    def _drop_rows(self, output: dict, keep: torch.Tensor) -> dict:
-        """Dynamic sampling: keep this rank's selected rows, padded to the row count all ranks agree on
-        (`filtering.drop_rows`)."""
-        return filtering.drop_rows(
-            output,
-            keep,
-            gather=self.accelerator.gather,
-            steps_per_generation=self.args.steps_per_generation,
-            num_processes=self.accelerator.num_processes,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            metrics=self._metrics["train"],
-        )
 
     # --- packing (training.packing): run fewer, fuller micro-steps when rows were dropped ---
     def training_step(self, model, inputs, num_items_in_batch):
@@ -441,12 +374,9 @@ class GRPOHubTrainer(GRPOTrainer):
         loss = super()._compute_loss(model, inputs)
         if "kept_rows" not in inputs:  # no rows dropped: TRL's denominator is the denominator
             return loss
-        kind = self.args.loss_denominator
-        micro = inputs["prompt_ids"].shape[0] if kind == loss_types.ROWS else inputs["completion_mask"].sum()
-        trl_denominator = self._loss_denominator(inputs, kind, micro, filtered=False)
-        return loss * (
-            trl_denominator / self._loss_denominator(inputs, kind, micro)
-        )  # TRL's denominator -> ours
+        return filtering.rescale_to_kept_rows(
+            loss, inputs, self.args.loss_denominator, self._loss_denominator
+        )
 
     def _loss_denominator(self, inputs, kind, micro_count, filtered=True) -> torch.Tensor:
         """`algos.loss_denominator.micro_batch_denominator` of this micro-batch: `micro_count` is the rows (ROWS) or loss

@@ -82,7 +82,11 @@ def test_token_level_kl_enters_the_reward(tmp_path, tiny_model_dir):
         for p in trainer.model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     batch = scored_batch(trainer)
-    policy_logps = trainer._score_logps(batch, use_reference=False)
+    ids, mask = (torch.cat([batch[f"prompt_{k}"], batch[f"completion_{k}"]], dim=1) for k in ("ids", "mask"))
+    with torch.no_grad():  # the policy's log-probs, scored by TRL directly
+        policy_logps = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, batch["completion_ids"].size(1)
+        )[0]
     kl = ((policy_logps - batch["ref_per_token_logps"]) * batch["completion_mask"]).sum(1)
     assert kl.abs().min() > 1e-3
     expected = adv_fns.group_advantages(torch.tensor(raw) - coef * kl, 4)
