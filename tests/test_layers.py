@@ -78,3 +78,11 @@ def test_the_check_sees_an_upward_import(tmp_path):
         "grpo_hub/algos/bad.py:2 (algos) imports grpo_hub.config.hub_config (config, a higher floor)",
         "grpo_hub/config/bad.py:1 (config) imports grpo_hub.training.trainer (training, a higher floor)",
     ]
+
+
+def test_the_architecture_page_names_the_floors_in_order():
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    line = next(line for line in page.splitlines() if line.startswith("- Floors from the bottom:"))
+    named = [part.strip(" `.") for part in line.split(":", 1)[1].split(". A module")[0].split("→")]
+    assert named == FLOORS
+    assert all(f"  {wing}" in page for wing in FLOORS[1:-1])  # each wing has its line in the layout

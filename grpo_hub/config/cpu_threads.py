@@ -67,3 +67,16 @@ def use_machine_cores(processes: int) -> str:
     )
     torch.set_num_threads(threads)
     return line
+
+
+def use_cpu_cores(device_type: str) -> None:
+    """A CPU-only run (`device_type` 'cpu') trains on every core it may use unless the user chose a thread count
+    (`thread_choice`); the main process says which."""
+    if device_type != "cpu":
+        return
+    from accelerate import PartialState
+
+    state = PartialState()
+    line = use_machine_cores(state.num_processes)
+    if state.is_main_process:
+        print(line, flush=True)

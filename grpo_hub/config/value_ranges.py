@@ -131,6 +131,11 @@ NON_EMPTY = {  # string settings that name something: an empty one is a mistake 
     "model_name_or_path": "model id or folder",
     "dataset_name": "dataset id or folder",
 }
+RECIPE_RANGES = (  # the recipe's RecipeArguments
+    Range("num_prompts", 1),
+    Range("dataset_seed", 0, SEED_MAX, why="numpy's seed range"),
+    Range("eval_pass_k", 0, why="0 reports greedy accuracy only"),
+)
 MODEL_RANGES = (  # TRL's ModelConfig, read by the recipe
     _count("lora_r"),
     Range("lora_alpha", 0, open_low=True),
@@ -293,3 +298,13 @@ def check_groups_fit(c, processes: int) -> None:
                 f"an evaluation batch of {eval_batch} completions does not split into groups of {groups}.",
                 f"set per_device_eval_batch_size to a multiple of {groups // math.gcd(groups, processes)}.",
             )
+
+
+def check_recipe_settings(recipe_args, model_args) -> None:
+    """A recipe's own settings and TRL's `ModelConfig`: no empty string in either, the model's ranges, its source
+    and its choices."""
+    check_ranges(model_args, MODEL_RANGES)
+    for settings in (recipe_args, model_args):
+        check_non_empty(settings)
+    check_model_source(model_args.model_name_or_path)
+    check_model_choices(model_args)

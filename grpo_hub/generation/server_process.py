@@ -93,6 +93,27 @@ def placement(cores: str | None, env: dict) -> str:
     return ", ".join(parts) or "this machine (no cores or GPUs given)"
 
 
+def local_server(
+    model: str,
+    *,
+    port: int,
+    dtype: str,
+    lora_rank: int | None,
+    sync: str,
+    cores: str | None,
+    gpus: str | None,
+    log: Path,
+    timeout: float,
+) -> LocalServer:
+    """A recipe's local vLLM server of `model` on `port` (a `LocalServer` for its `with` block), on `cores` / `gpus`,
+    computing in `dtype`; it serves LoRA of `lora_rank` only where the adapter sync may run (`sync` 'adapter', or
+    'auto' on GPUs): vLLM's CPU platform turns compilation off with it (docs/vllm.md)."""
+    may_serve_adapter = sync == "adapter" or (sync == "auto" and gpus is not None)
+    argv = server_command(model, port=port, dtype=dtype, lora_rank=lora_rank if may_serve_adapter else None)
+    env = server_env(os.environ, cores=cores, gpus=gpus)
+    return LocalServer(argv, env, log, timeout=timeout, cores=cores)
+
+
 class LocalServer:
     """`with LocalServer(argv, env, log_path, timeout=..., cores=...) as server:` a server at `server.base_url`."""
 

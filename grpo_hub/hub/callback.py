@@ -42,6 +42,22 @@ class HubPushCallback(TrainerCallback):
         self.final_revision, self.adapter_name = final_revision, adapter_name
         self.pushed: list[PushResult] = []
 
+    @classmethod
+    def for_run(cls, args, model_name: str) -> HubPushCallback:
+        """`--push_to_hub` of a run with training arguments `args`: grpo_hub's adapter-only pushes (checkpoint-N ->
+        branch step-N, final -> main) replace Trainer's own (`args.push_to_hub` is turned off), which would upload
+        the whole output folder (ref adapter, training_args.bin)."""
+        if not args.hub_model_id:
+            raise ValueError("--push_to_hub needs --hub_model_id (e.g. your-name/tiny-grpo-lora).")
+        args.push_to_hub = False
+        return cls(
+            args.hub_model_id,
+            base_model=model_name,
+            token=args.hub_token,
+            private=args.hub_private_repo,
+            push_checkpoints=args.save_strategy != "no",
+        )
+
     def _push(self, folder, revision: str, args, state, message: str) -> None:
         self.pushed.append(
             push_adapter(

@@ -380,7 +380,7 @@ class GRPOHubTrainer(GRPOTrainer):
 
     def _loss_denominator(self, inputs, kind, micro_count, filtered=True) -> torch.Tensor:
         """`algos.loss_denominator.micro_batch_denominator` of this micro-batch: `micro_count` is the rows (ROWS) or loss
-        tokens its mean ran over; the filtering counts are those `_drop_rows` recorded (training only)."""
+        tokens its mean ran over; the filtering counts are those `training.filtering` recorded (training only)."""
         train = self.model.training
         accumulation = self.current_gradient_accumulation_steps if train else 1  # set by the train loop only
         return micro_batch_denominator(

@@ -273,16 +273,6 @@ def test_task_choices_match_grpo_hub_tasks(recipe):
     assert typing.get_args(hints["task"]) == TASKS
 
 
-def test_reward_trend_windows(recipe):
-    assert recipe.reward_trend([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]) == pytest.approx(
-        (0.2, 0.8)
-    )
-    assert recipe.reward_trend([0.0, 1.0]) == (0.0, 1.0)
-    assert recipe.reward_trend([0.5]) == (0.5, 0.5)
-    with pytest.raises(ValueError, match="logging_steps"):
-        recipe.reward_trend([])
-
-
 @pytest.mark.parametrize(
     ("argv", "yaml_text", "expected"),
     [

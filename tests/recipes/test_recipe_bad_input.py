@@ -30,7 +30,7 @@ from tests.training.helpers import INVALID
 RECIPE_MODULE = load_recipe()
 PARSER = RECIPE_MODULE.make_parser([])
 ACTIONS = {a.dest: a for a in PARSER._actions if a.option_strings and a.dest not in ("help", "config")}
-RANGES = value_ranges.CONFIG_RANGES + value_ranges.MODEL_RANGES + RECIPE_MODULE.RECIPE_RANGES
+RANGES = value_ranges.CONFIG_RANGES + value_ranges.MODEL_RANGES + value_ranges.RECIPE_RANGES
 DOC = RECIPE.parent.parent / "docs" / "validation.md"
 NO_YAML = object()
 ARGS_VALID_DICT_FIELDS = GRPOHubConfig._VALID_DICT_FIELDS
