@@ -26,6 +26,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from grpo_hub.records.run_record import RUN_SUMMARY
+
 REPO = Path(__file__).resolve().parent.parent
 ACCELERATE_CONFIGS = ("single", "zero2", "zero3", "fsdp2")
 RECIPES = ("grpo", "ref-refresh")
@@ -34,7 +36,6 @@ REFUSED = {("fsdp2", "ref-refresh"): "refused by design: FSDP + reference adapte
 # With use_cpu the fsdp2 config trains exactly like `single` (same rewards, ref-refresh not refused): FSDP is
 # not active on CPU, so --cpu leaves it out.
 CPU_CONFIGS = ("single", "zero2", "zero3")
-SUMMARY_FILE = "run_summary.json"  # written by recipes/grpo.py
 # The line naming why a run failed: the child's exception, not the launcher's ChildFailedError that follows it.
 CAUSE = re.compile(
     r"^(?:\[rank\d+\]: )?(?:[\w.]+\.)?(?!ChildFailedError)\w*(?:Error|Exception|Interrupt)\b.*$"
@@ -81,7 +82,7 @@ def run_one(cmd: list[str], output_dir: Path, timeout: float, log: Path | None =
         code, output = "timeout", str(expired.stdout or "")
     if log is not None:
         log.write_text(output)
-    summary_path = output_dir / SUMMARY_FILE
+    summary_path = output_dir / RUN_SUMMARY  # written by recipes/grpo.py
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     return {
         "exit": code,
