@@ -25,6 +25,7 @@ its waits for generation and the sync) and sync S per step. With G rescaled so t
 synchronous step costs G + T + S and an asynchronous one max(G, T) + S: overlap buys at most 1 / max(share, 1 - share).
 
     python -m benchmarks.async_wall_clock [--seeds 3] [--points 8] [--budget S] [--json out.json]
+    python -m benchmarks.async_wall_clock --seeds 3 --resume out.json --json out.json   # finish a cut-short one
     python -m benchmarks.async_wall_clock --quick     # smoke run: 1 seed, 15 s, 2 points, 200 problems (noise)
 """
 
@@ -396,27 +397,43 @@ def print_report(runs: list[dict], summary: dict, header: str) -> None:
     print_table(["run", "measured share G/(G+T)", "async/sync at it", f"async/sync at {share:.0%}"], rows)
 
 
-def measure(cli) -> tuple[str, list[dict]]:
-    """Every configuration for every seed, interleaved, with one server for all runs; (header, run records)."""
-    runs, others = [], [name for name in CONFIGS if name != "trl"]
+def run_order(seeds: int) -> list[tuple[int, str]]:
+    """(seed, configuration) in measuring order: seed-major, plain TRL first (its wall time is the seed's budget),
+    the others' order rotated per seed."""
+    others = [name for name in CONFIGS if name != "trl"]
+    return [
+        (seed, name)
+        for seed in range(seeds)
+        for name in ["trl", *others[seed % len(others) :], *others[: seed % len(others)]]
+    ]
+
+
+def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
+    """Every configuration for every seed, interleaved, with one server for all runs; runs in `done` (a previous,
+    cut-short measurement's records) are kept, not re-run. (header, run records in measuring order)."""
+    kept = {(r["seed"], r["config"]): r for r in done}
+    runs, budgets = [], {}
     with tempfile.TemporaryDirectory() as log_dir, local_server(free_port(), log_dir) as server:
-        for seed in range(cli.seeds):
-            budget = cli.budget
-            for name in ["trl", *others[seed % len(others) :], *others[: seed % len(others)]]:
-                r = run(name, seed, budget, cli.points, cli.per_level, server.base_url)
-                runs.append(r)
-                if cli.json:  # every run so far, in case the measurement is cut short
-                    Path(cli.json).write_text(json.dumps({"partial": True, "runs": runs}, indent=1))
-                budget = r["budget"]  # after plain TRL: its wall seconds for 200 steps, unless --budget
+        for seed, name in run_order(cli.seeds):
+            r = kept.get((seed, name))
+            if r is None:
+                r = run(name, seed, budgets.get(seed, cli.budget), cli.points, cli.per_level, server.base_url)
                 print(
                     f"# seed {seed} {name}: {r['wall']:.0f} s, {r['optimizer_steps']} steps, accuracy "
                     f"{r['points'][0]['accuracy']['all']:.3f} -> {r['points'][-1]['accuracy']['all']:.3f}",
                     flush=True,
                 )
+            runs.append(r)
+            # after plain TRL: its wall seconds for 200 steps, unless --budget
+            budgets.setdefault(seed, r["budget"])
+            if cli.json:  # every run so far, in case the measurement is cut short
+                Path(cli.json).write_text(json.dumps({"partial": True, "runs": runs}, indent=1))
     budget = "plain TRL's 200 steps" if cli.budget is None else f"{cli.budget:.0f} s"
+    resumed = f"; {len(kept)} runs kept from --resume" if kept else ""
     header = (
         f"chain task ({RECIPE}, LoRA), wall clock on {os.cpu_count()} cores, budget {budget} per seed, "
-        f"{cli.points} evaluations of {cli.per_level * len(chain.LEVELS)} held-out problems, seeds 0..{cli.seeds - 1}"
+        f"{cli.points} evaluations of {cli.per_level * len(chain.LEVELS)} held-out problems, "
+        f"seeds 0..{cli.seeds - 1}{resumed}"
     )
     return header, runs
 
@@ -436,6 +453,9 @@ def main() -> None:
     )
     parser.add_argument("--json", default=None, help="write every run and the summary here")
     parser.add_argument("--quick", action="store_true", help="1 seed, 15 s, 2 points, 200 held-out problems")
+    parser.add_argument(
+        "--resume", default=None, help="a --json file of a cut-short measurement: keep its runs, run the rest"
+    )
     cli = parser.parse_args()
     if cli.quick:
         cli.seeds, cli.budget, cli.points, cli.per_level = 1, 15.0, 2, 50
@@ -443,7 +463,8 @@ def main() -> None:
         raise SystemExit(
             f"--points must be a multiple of 4 (targets at 50 % and 75 % of the budget), got {cli.points}"
         )
-    header, runs = measure(cli)
+    done = json.loads(Path(cli.resume).read_text())["runs"] if cli.resume else []
+    header, runs = measure(cli, done)
     summary = summarize(runs, cli.gpu_share)
     if cli.json:
         Path(cli.json).write_text(json.dumps({"header": header, "runs": runs, "summary": summary}, indent=1))

@@ -1,6 +1,7 @@
 """benchmarks/async_wall_clock.py, its pure parts: the two-device model, the report's arithmetic against a naive
 computation, nested call timing and when the meter evaluates and stops (no vLLM, no wall-clock assertion)."""
 
+import json
 import random
 import statistics
 import time
@@ -138,3 +139,43 @@ def test_the_meter_never_overrides_the_trainers_stop_at_max_steps():
     control = SimpleNamespace(should_training_stop=True)  # set by the flow callback at step == max_steps
     meter.on_step_end(None, SimpleNamespace(global_step=5, max_steps=5), control)
     assert control.should_training_stop and evaluated == [5]
+
+
+def test_every_seed_starts_with_plain_trl_and_runs_each_configuration_once():
+    order = awc.run_order(3)
+    assert len(order) == len(set(order)) == 3 * len(awc.CONFIGS)
+    for seed in range(3):
+        names = [name for s, name in order if s == seed]
+        assert names[0] == "trl" and sorted(names) == sorted(awc.CONFIGS)
+    assert [s for s, _ in order] == sorted(s for s, _ in order)  # seed-major
+
+
+def test_a_resumed_measurement_keeps_its_runs_and_gives_the_rest_their_seeds_budget(monkeypatch, tmp_path):
+    import contextlib
+
+    calls = []
+
+    def fake_run(name, seed, budget, points, per_level, server_url):
+        calls.append((seed, name, budget))
+        wall = 300.0 + seed if name == "trl" else budget
+        return {"config": name, "seed": seed, "budget": wall if budget is None else budget, "wall": wall,
+                "optimizer_steps": 200, "points": [point(0, 0.3), point(wall, 0.4, 200)]}  # fmt: skip
+
+    monkeypatch.setattr(awc, "run", fake_run)
+    monkeypatch.setattr(
+        awc, "local_server", lambda port, log_dir: contextlib.nullcontext(SimpleNamespace(base_url="u"))
+    )
+    cli = SimpleNamespace(seeds=2, budget=None, points=4, per_level=1, json=str(tmp_path / "out.json"))
+    _, first = awc.measure(cli, [])
+    assert [(s, n) for s, n, _ in calls] == awc.run_order(2)
+    assert all(budget == (None if name == "trl" else 300.0 + seed) for seed, name, budget in calls)
+    cut_short = [r for r in first if not (r["seed"] == 1 and r["config"] != "trl")]
+    calls.clear()
+    header, runs = awc.measure(cli, cut_short)
+    assert [(s, n) for s, n, _ in calls] == [
+        (1, name) for s, name in awc.run_order(2) if s == 1 and name != "trl"
+    ]
+    assert all(budget == 301.0 for *_, budget in calls)  # seed 1's kept plain-TRL run sets it
+    assert [(r["seed"], r["config"]) for r in runs] == awc.run_order(2)
+    assert all(kept in runs for kept in cut_short) and f"{len(cut_short)} runs kept" in header
+    assert json.loads((tmp_path / "out.json").read_text())["runs"] == runs
