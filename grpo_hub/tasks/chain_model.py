@@ -9,6 +9,7 @@ single-threaded with deterministic algorithms. It is stopped early, partly right
 steps, mostly wrong on three and four, with sampling right far more often than greedy decoding (docs/tasks.md).
 
     python -m grpo_hub.tasks.chain_model --ship    # rebuild the shipped weights (~8 min on one core)
+    python -m grpo_hub.tasks.chain_model --output-dir DIR    # build into DIR (new or empty)
 """
 
 from __future__ import annotations
@@ -118,9 +119,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(
         description="Build the chain model; --ship replaces the shipped weights."
     )
-    parser.add_argument("--ship", action="store_true")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--ship", action="store_true")
+    target.add_argument(
+        "--output-dir", default=None, help="build into this folder (default: the model cache)"
+    )
     cli = parser.parse_args()
-    built = build_chain_model()
+    built = build_chain_model(cli.output_dir)
     if cli.ship:
         shutil.rmtree(SHIPPED_DIR, ignore_errors=True)
         shutil.copytree(built, SHIPPED_DIR)
