@@ -31,6 +31,7 @@ synchronous step costs G + T + S and an asynchronous one max(G, T) + S: overlap 
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import socket
@@ -75,6 +76,7 @@ SERVER_FIELDS = {
 SERVER_CORE, TRAINER_CORE = 1, 0
 # --gpu-share default: plain TRL's generation share of a GPU step (H100, ../shared/DESIGN.md)
 GPU_SHARE = clocks.GPU_GENERATION_SHARE
+STEP_MARKS = (50, 100, 150, 200)  # optimizer steps at which the report compares accuracy per step
 
 
 def pin(cores: set[int]) -> None:
@@ -292,10 +294,23 @@ def two_device_ratio(generation: float, training: float, sync: float, share: flo
     return (max(generation, training) + sync) / (generation + training + sync)
 
 
+def accuracy_at_step(points: list[dict], step: int) -> float | None:
+    """Held-out accuracy after `step` optimizer steps, linear between the two evaluations around it (None: the run
+    stopped before it). Accuracy per step, whatever the clock: it separates learning less per step from stepping
+    more slowly."""
+    for before, after in itertools.pairwise(points):
+        if before["optimizer_steps"] <= step <= after["optimizer_steps"]:
+            a0, a1 = before["accuracy"]["all"], after["accuracy"]["all"]
+            span = after["optimizer_steps"] - before["optimizer_steps"]
+            return a0 if span == 0 else a0 + (a1 - a0) * (step - before["optimizer_steps"]) / span
+    return None
+
+
 def summarize(runs: list[dict], share: float) -> dict:
     """Targets (plain TRL's mean accuracy at `clocks.TARGET_FRACTIONS` of its budget) and per configuration: time to
     each target per seed, its ratio to plain TRL's mean curve's time, their median, accuracy at TRL's budget, and the
-    modeled two-device ratio of each run (at the measured generation share and at `share`)."""
+    modeled two-device ratio of each run (at the measured generation share and at `share`), and its accuracy at
+    `STEP_MARKS` optimizer steps."""
     by_config = defaultdict(list)
     for r in runs:
         by_config[r["config"]].append(r)
@@ -327,6 +342,9 @@ def summarize(runs: list[dict], share: float) -> dict:
         row["accuracy_at_budget"] = [
             clocks.accuracy_at(t, a, r["budget"]) for (t, a), r in zip(curves, rs, strict=True)
         ]
+        row["accuracy_at_steps"] = {
+            str(step): [accuracy_at_step(r["points"], step) for r in rs] for step in STEP_MARKS
+        }
         row["modeled"] = [
             {
                 "measured_share": s["generation"] / (s["generation"] + s["training"]),
@@ -367,6 +385,18 @@ def print_report(runs: list[dict], summary: dict, header: str) -> None:
         rows.append([name, *cells, f"{accuracy:.3f}", " / ".join(f"{a:.3f}" for a in row["final_accuracy"])])
     heads = [f"to {float(f):.0%}" for f in summary["targets"]]
     print_table(["config", *heads, "accuracy at TRL's budget (mean)", "final (per seed)"], rows)
+    print(
+        "\nHeld-out accuracy by optimizer step (mean of the seeds that got there; per seed, '-': stopped before)"
+    )
+    rows = []
+    for name, row in summary["configs"].items():
+        cells = []
+        for values in row["accuracy_at_steps"].values():
+            reached = [v for v in values if v is not None]
+            mean = f"{statistics.fmean(reached):.3f}" if reached else "-"
+            cells.append(f"{mean} ({' / '.join('-' if v is None else f'{v:.3f}' for v in values)})")
+        rows.append([name, *cells])
+    print_table(["config", *(f"step {step}" for step in STEP_MARKS)], rows)
     print("\nWork and seconds per optimizer step of each run (blocked: the trainer waiting for generation):")
     rows = []
     for r in runs:
@@ -413,7 +443,12 @@ def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
     cut-short measurement's records) are kept, not re-run. (header, run records in measuring order)."""
     kept = {(r["seed"], r["config"]): r for r in done}
     runs, budgets = [], {}
-    with tempfile.TemporaryDirectory() as log_dir, local_server(free_port(), log_dir) as server:
+    # with every run kept, only the report is rebuilt: no server
+    missing = any(key not in kept for key in run_order(cli.seeds))
+    with (
+        tempfile.TemporaryDirectory() as log_dir,
+        local_server(free_port(), log_dir) if missing else contextlib.nullcontext() as server,
+    ):
         for seed, name in run_order(cli.seeds):
             r = kept.get((seed, name))
             if r is None:

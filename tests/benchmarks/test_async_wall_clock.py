@@ -162,9 +162,13 @@ def test_a_resumed_measurement_keeps_its_runs_and_gives_the_rest_their_seeds_bud
                 "optimizer_steps": 200, "points": [point(0, 0.3), point(wall, 0.4, 200)]}  # fmt: skip
 
     monkeypatch.setattr(awc, "run", fake_run)
-    monkeypatch.setattr(
-        awc, "local_server", lambda port, log_dir: contextlib.nullcontext(SimpleNamespace(base_url="u"))
-    )
+    servers = []
+
+    def fake_server(port, log_dir):
+        servers.append(port)
+        return contextlib.nullcontext(SimpleNamespace(base_url="u"))
+
+    monkeypatch.setattr(awc, "local_server", fake_server)
     cli = SimpleNamespace(seeds=2, budget=None, points=4, per_level=1, json=str(tmp_path / "out.json"))
     _, first = awc.measure(cli, [])
     assert [(s, n) for s, n, _ in calls] == awc.run_order(2)
@@ -179,3 +183,42 @@ def test_a_resumed_measurement_keeps_its_runs_and_gives_the_rest_their_seeds_bud
     assert [(r["seed"], r["config"]) for r in runs] == awc.run_order(2)
     assert all(kept in runs for kept in cut_short) and f"{len(cut_short)} runs kept" in header
     assert json.loads((tmp_path / "out.json").read_text())["runs"] == runs
+    calls.clear()
+    _, again = awc.measure(cli, runs)  # nothing left to run: the report only, no server started
+    assert again == runs and not calls and len(servers) == 2
+
+
+def naive_accuracy_at_step(steps, accuracies, step):
+    if step > steps[-1]:
+        return None
+    i = max(k for k in range(len(steps)) if steps[k] <= step)
+    if steps[i] == step or i + 1 == len(steps):
+        return accuracies[i]
+    fraction = (step - steps[i]) / (steps[i + 1] - steps[i])
+    return accuracies[i] * (1 - fraction) + accuracies[i + 1] * fraction
+
+
+def test_accuracy_per_step_interpolates_between_evaluations_like_a_naive_computation():
+    rng = random.Random(5)
+    for _ in range(300):
+        steps = [0, *sorted(rng.sample(range(1, 220), rng.randint(1, 8)))]
+        accuracies = [rng.uniform(0.2, 0.5) for _ in steps]
+        points = [point(0.0, a, s) for s, a in zip(steps, accuracies, strict=True)]
+        for step in (0, 50, 100, 150, 200, steps[-1], rng.randint(0, 230)):
+            expected = naive_accuracy_at_step(steps, accuracies, step)
+            got = awc.accuracy_at_step(points, step)
+            assert got == (None if expected is None else pytest.approx(expected)), (steps, step)
+    stalled = [point(0.0, 0.3, 0), point(1.0, 0.35, 100), point(2.0, 0.4, 100)]  # two evaluations at one step
+    assert awc.accuracy_at_step(stalled, 100) == 0.35
+
+
+def test_the_summary_compares_accuracy_per_step_and_marks_runs_that_stopped_early():
+    full = [point(t, 0.3 + t / 1000, s) for t, s in [(0, 0), (100, 100), (200, 200)]]
+    short = [point(t, 0.3 + t / 2000, s) for t, s in [(0, 0), (200, 120)]]
+    runs = [{**record("trl", 0, [0, 100, 200], [0.3, 0.4, 0.5], 200), "points": full},
+            {**record("server-sync", 0, [0, 200], [0.3, 0.4], 200), "points": short}]  # fmt: skip
+    table = awc.summarize(runs, share=0.9)["configs"]
+    assert table["trl"]["accuracy_at_steps"]["100"] == [pytest.approx(0.4)]
+    assert table["server-sync"]["accuracy_at_steps"]["100"] == [pytest.approx(0.3 + 0.1 * 100 / 120)]
+    assert table["server-sync"]["accuracy_at_steps"]["150"] == [None]
+    assert list(table["trl"]["accuracy_at_steps"]) == [str(s) for s in awc.STEP_MARKS]
