@@ -427,10 +427,10 @@ def print_report(runs: list[dict], summary: dict, header: str) -> None:
     print_table(["run", "measured share G/(G+T)", "async/sync at it", f"async/sync at {share:.0%}"], rows)
 
 
-def run_order(seeds: int) -> list[tuple[int, str]]:
+def run_order(seeds: int, configs=tuple(CONFIGS)) -> list[tuple[int, str]]:
     """(seed, configuration) in measuring order: seed-major, plain TRL first (its wall time is the seed's budget),
-    the others' order rotated per seed."""
-    others = [name for name in CONFIGS if name != "trl"]
+    the other `configs` in `CONFIGS` order, rotated per seed."""
+    others = [name for name in CONFIGS if name != "trl" and name in configs]
     return [
         (seed, name)
         for seed in range(seeds)
@@ -444,12 +444,13 @@ def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
     kept = {(r["seed"], r["config"]): r for r in done}
     runs, budgets = [], {}
     # with every run kept, only the report is rebuilt: no server
-    missing = any(key not in kept for key in run_order(cli.seeds))
+    order = run_order(cli.seeds, cli.configs)
+    missing = any(key not in kept for key in order)
     with (
         tempfile.TemporaryDirectory() as log_dir,
         local_server(free_port(), log_dir) if missing else contextlib.nullcontext() as server,
     ):
-        for seed, name in run_order(cli.seeds):
+        for seed, name in order:
             r = kept.get((seed, name))
             if r is None:
                 r = run(name, seed, budgets.get(seed, cli.budget), cli.points, cli.per_level, server.base_url)
@@ -465,6 +466,8 @@ def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
                 Path(cli.json).write_text(json.dumps({"partial": True, "runs": runs}, indent=1))
     budget = "plain TRL's 200 steps" if cli.budget is None else f"{cli.budget:.0f} s"
     resumed = f"; {len(kept)} runs kept from --resume" if kept else ""
+    if set(cli.configs) != set(CONFIGS):
+        resumed += f"; configurations {', '.join(cli.configs)}"
     header = (
         f"chain task ({RECIPE}, LoRA), wall clock on {os.cpu_count()} cores, budget {budget} per seed, "
         f"{cli.points} evaluations of {cli.per_level * len(chain.LEVELS)} held-out problems, "
@@ -489,9 +492,20 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write every run and the summary here")
     parser.add_argument("--quick", action="store_true", help="1 seed, 15 s, 2 points, 200 held-out problems")
     parser.add_argument(
+        "--configs",
+        type=lambda text: text.split(","),
+        default=list(CONFIGS),
+        help=f"comma-separated, plain TRL included (it sets each seed's budget): {','.join(CONFIGS)}",
+    )
+    parser.add_argument(
         "--resume", default=None, help="a --json file of a cut-short measurement: keep its runs, run the rest"
     )
     cli = parser.parse_args()
+    unknown = [name for name in cli.configs if name not in CONFIGS]
+    if unknown or "trl" not in cli.configs:
+        parser.error(
+            f"--configs: {unknown or 'trl'} {'unknown' if unknown else 'missing'}; choose from {list(CONFIGS)}"
+        )
     if cli.quick:
         cli.seeds, cli.budget, cli.points, cli.per_level = 1, 15.0, 2, 50
     elif cli.points % 4:

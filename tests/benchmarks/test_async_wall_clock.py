@@ -148,6 +148,12 @@ def test_every_seed_starts_with_plain_trl_and_runs_each_configuration_once():
         names = [name for s, name in order if s == seed]
         assert names[0] == "trl" and sorted(names) == sorted(awc.CONFIGS)
     assert [s for s, _ in order] == sorted(s for s, _ in order)  # seed-major
+    assert awc.run_order(2, ["server-sync", "trl"]) == [
+        (0, "trl"),
+        (0, "server-sync"),
+        (1, "trl"),
+        (1, "server-sync"),
+    ]
 
 
 def test_a_resumed_measurement_keeps_its_runs_and_gives_the_rest_their_seeds_budget(monkeypatch, tmp_path):
@@ -169,7 +175,14 @@ def test_a_resumed_measurement_keeps_its_runs_and_gives_the_rest_their_seeds_bud
         return contextlib.nullcontext(SimpleNamespace(base_url="u"))
 
     monkeypatch.setattr(awc, "local_server", fake_server)
-    cli = SimpleNamespace(seeds=2, budget=None, points=4, per_level=1, json=str(tmp_path / "out.json"))
+    cli = SimpleNamespace(
+        seeds=2,
+        budget=None,
+        points=4,
+        per_level=1,
+        json=str(tmp_path / "out.json"),
+        configs=list(awc.CONFIGS),
+    )
     _, first = awc.measure(cli, [])
     assert [(s, n) for s, n, _ in calls] == awc.run_order(2)
     assert all(budget == (None if name == "trl" else 300.0 + seed) for seed, name, budget in calls)
