@@ -443,16 +443,18 @@ def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
     cut-short measurement's records) are kept, not re-run. (header, run records in measuring order)."""
     kept = {(r["seed"], r["config"]): r for r in done}
     runs, budgets = [], {}
-    # with every run kept, only the report is rebuilt: no server
     order = run_order(cli.seeds, cli.configs)
-    missing = any(key not in kept for key in order)
+    missing = any(
+        key not in kept for key in order
+    )  # with every run kept, only the report is rebuilt: no server
     with (
         tempfile.TemporaryDirectory() as log_dir,
         local_server(free_port(), log_dir) if missing else contextlib.nullcontext() as server,
     ):
         for seed, name in order:
             r = kept.get((seed, name))
-            if r is None:
+            fresh = r is None
+            if fresh:
                 r = run(name, seed, budgets.get(seed, cli.budget), cli.points, cli.per_level, server.base_url)
                 print(
                     f"# seed {seed} {name}: {r['wall']:.0f} s, {r['optimizer_steps']} steps, accuracy "
@@ -462,7 +464,7 @@ def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
             runs.append(r)
             # after plain TRL: its wall seconds for 200 steps, unless --budget
             budgets.setdefault(seed, r["budget"])
-            if cli.json:  # every run so far, in case the measurement is cut short
+            if fresh and cli.json:  # every run so far, in case the measurement is cut short
                 Path(cli.json).write_text(json.dumps({"partial": True, "runs": runs}, indent=1))
     budget = "plain TRL's 200 steps" if cli.budget is None else f"{cli.budget:.0f} s"
     resumed = f"; {len(kept)} runs kept from --resume" if kept else ""
@@ -502,10 +504,10 @@ def main() -> None:
     )
     cli = parser.parse_args()
     unknown = [name for name in cli.configs if name not in CONFIGS]
-    if unknown or "trl" not in cli.configs:
-        parser.error(
-            f"--configs: {unknown or 'trl'} {'unknown' if unknown else 'missing'}; choose from {list(CONFIGS)}"
-        )
+    if unknown:
+        parser.error(f"--configs: unknown {unknown}; choose from {list(CONFIGS)}")
+    if "trl" not in cli.configs:
+        parser.error("--configs: add trl (plain TRL's wall time is each seed's budget)")
     if cli.quick:
         cli.seeds, cli.budget, cli.points, cli.per_level = 1, 15.0, 2, 50
     elif cli.points % 4:

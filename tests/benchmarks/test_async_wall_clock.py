@@ -1,6 +1,7 @@
 """benchmarks/async_wall_clock.py, its pure parts: the two-device model, the report's arithmetic against a naive
 computation, nested call timing and when the meter evaluates and stops (no vLLM, no wall-clock assertion)."""
 
+import contextlib
 import json
 import random
 import statistics
@@ -157,8 +158,6 @@ def test_every_seed_starts_with_plain_trl_and_runs_each_configuration_once():
 
 
 def test_a_resumed_measurement_keeps_its_runs_and_gives_the_rest_their_seeds_budget(monkeypatch, tmp_path):
-    import contextlib
-
     calls = []
 
     def fake_run(name, seed, budget, points, per_level, server_url):
