@@ -86,3 +86,17 @@ def test_the_architecture_page_names_the_floors_in_order():
     named = [part.strip(" `.") for part in line.split(":", 1)[1].split(". A module")[0].split("→")]
     assert named == FLOORS
     assert all(f"  {wing}" in page for wing in FLOORS[1:-1])  # each wing has its line in the layout
+
+
+def test_the_readme_names_every_wing_in_floor_order_and_links_the_page():
+    """The README's Architecture section says the floors from this file's list: every wing, in floor order, no
+    other package path; the order itself is the architecture page's (linked)."""
+    import re
+
+    readme = (PACKAGE.parent / "README.md").read_text()
+    section = readme.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    assert "(docs/architecture.md)" in section and "tests/test_layers.py" in section
+    named = [m.removesuffix("/").removesuffix(".py") for m in re.findall(r"`([a-z_]+(?:/|\.py))`", section)]
+    outside = {"recipes", "spaces_app", "benchmarks"}
+    assert [name for name in named if name not in outside] == FLOORS
+    assert all((PACKAGE.parent / name).is_dir() for name in outside & set(named))
