@@ -13,7 +13,7 @@ PROMPT = "Write only digits: 3"
 def test_hub_spec_loads_the_pushed_adapter(tiny_model_dir, random_adapter, tmp_path, monkeypatch):
     from grpo_hub.hub import push_adapter
 
-    with FakeHub(TOKENS, lifetime_s=120) as hub:
+    with FakeHub(TOKENS) as hub:
         point_client_at(monkeypatch, hub.url, tmp_path / "hf_home")
         push_adapter(random_adapter, "alice/space-lora", revision="v1", token=ALICE)
         from_hub = C.compare(

@@ -14,7 +14,7 @@ import pytest
 from grpo_hub.tasks import chain
 from grpo_hub.tasks.arithmetic import chat_text
 from tests.compare.conftest import wait_until_served
-from tests.conftest import free_port, requires
+from tests.conftest import RUN_LIMIT_S, free_port, requires
 from tests.hub.conftest import ALICE, TOKENS, point_client_at
 from tests.hub.fake_hub import FakeHub, validate_card_yaml
 from tests.recipes.helpers import launch, preset
@@ -36,7 +36,7 @@ def test_train_push_deploy_compare(tmp_path, monkeypatch, capsys):
     from gradio_client import Client
     from huggingface_hub import HfApi, ModelCard, SpaceCard, snapshot_download
 
-    with FakeHub(TOKENS, lifetime_s=600) as hub:
+    with FakeHub(TOKENS) as hub:
         point_client_at(monkeypatch, hub.url, tmp_path / "hf_home")
         live = ("--push_to_hub", "true", "--hub_model_id", "alice/chain-grpo-live", "--hub_token", ALICE)
         summary, out = launch(tmp_path, "--max_steps", "4", *live, env={"HF_HUB_OFFLINE": "0"})
@@ -117,7 +117,7 @@ def test_train_push_deploy_compare(tmp_path, monkeypatch, capsys):
             result = client.predict("/etc/passwd", "someone/else", PROMPT, *controls, api_name="/compare")
         finally:
             process.terminate()
-            process.wait(timeout=30)
+            process.wait(timeout=RUN_LIMIT_S)
     assert [update["visible"] for update in result[:5]] == [True, True, False, False, False]
     adapter_column = result[1]["value"]
     assert "<h3>alice/chain-grpo@main</h3>" in adapter_column and f">{sha[:7]}</a>" in adapter_column

@@ -47,7 +47,7 @@ def point_client_at(mp: pytest.MonkeyPatch, url: str, home: Path) -> None:
 
 @pytest.fixture(scope="session")
 def fake_hub():
-    with FakeHub(TOKENS, lifetime_s=600) as hub:
+    with FakeHub(TOKENS) as hub:
         yield hub
 
 

@@ -7,7 +7,8 @@ revision), tree, refs, preupload, commit (NDJSON), branch create/delete, tag, LF
 calls them). Errors carry the Hub's `X-Error-Code` / `X-Error-Message` headers
 so the client raises its usual exceptions. Auth: `Authorization: Bearer <token>` with tokens given at
 construction; an unknown token is a 401, a private repo is invisible (404) to other users, and only the
-owner may write (403). Binds 127.0.0.1 on a free port and shuts itself down after `lifetime_s`.
+owner may write (403). Binds 127.0.0.1 on a free port; `with` it (its serving thread is a daemon: it never outlives
+the test process), so that no time limit can stop it under a slow test.
 
 `drop_next(route)` makes the server cut the connection on the next request to `route` after reading half
 of its body: a network failure mid-upload. `requests` logs `(method, route)` of every request.
@@ -78,7 +79,7 @@ def validate_card_yaml(content: str, repo_type: str = "model") -> list[str]:
 class FakeHub:
     """The server and its state. `tokens` maps access token -> user name."""
 
-    def __init__(self, tokens: dict[str, str], lifetime_s: float = 600.0):
+    def __init__(self, tokens: dict[str, str]):
         self.tokens = dict(tokens)
         self.repos: dict[str, Repo] = {}  # model "owner/name", Space "spaces/owner/name"
         self.variables: dict[str, dict[str, dict]] = {}  # Space key -> variable name -> {value, ...}
@@ -90,16 +91,12 @@ class FakeHub:
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._timer = threading.Timer(lifetime_s, self.stop)
-        self._timer.daemon = True
 
     def start(self) -> FakeHub:
         self._thread.start()
-        self._timer.start()
         return self
 
     def stop(self) -> None:
-        self._timer.cancel()
         self._server.shutdown()
         self._server.server_close()
 
