@@ -14,14 +14,43 @@ from hypothesis import settings
 torch.set_num_threads(1)
 # A recipe run in-process (and any subprocess) keeps one thread too (grpo_hub.config.cpu_threads).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# Property tests draw the same examples on every run (a CI failure reproduces; no example database is written).
-settings.register_profile("deterministic", derandomize=True, database=None)
+# Property tests draw the same examples on every run (a CI failure reproduces; no example database is written), with
+# no per-example time limit (hypothesis's default 200 ms is crossed on a slow or busy machine).
+settings.register_profile("deterministic", derandomize=True, database=None, deadline=None)
 settings.load_profile("deterministic")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+# The hang guard of every run a test waits on (a subprocess, a server start, a browser page): one that takes longer has
+# hung. 30 min: the slowest run, the README's main job, takes 7-8 min here, so a machine 2x slower still has 2x room.
+RUN_LIMIT_S = 1800
+# Session fixtures that cost seconds to minutes (a vLLM server and the runs against it, vLLM colocate runs, a run
+# pushed live to the local Hub, trained adapters), by the pytest-xdist group of the tests that use them: each group runs
+# on one worker, so each fixture is built once.
+COSTLY_SESSION_FIXTURES = {
+    "one_rank_runs": "vllm-colocate-runs",
+    "two_rank_runs": "vllm-colocate-runs",
+    "vllm_server": "vllm-server",
+    "fake_hub": "fake-hub",
+    "random_adapter": "compare-adapters",
+    "zero_adapter": "compare-adapters",
+    "trained_adapter": "compare-adapters",
+}
+
+
+def pytest_collection_modifyitems(items):
+    """Groups for pytest-xdist's `--dist loadgroup` (pyproject's addopts): a test that uses a costly session fixture
+    runs in that fixture's group, any other test with the rest of its file (its module fixtures are built once)."""
+    for item in items:
+        if REPO_ROOT / "tests" not in item.path.parents:
+            continue  # a test from outside this suite, collected in the same session
+        costly = [
+            COSTLY_SESSION_FIXTURES[name] for name in item.fixturenames if name in COSTLY_SESSION_FIXTURES
+        ]
+        group = costly[0] if costly else item.path.relative_to(REPO_ROOT / "tests").as_posix()
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def free_port() -> int:

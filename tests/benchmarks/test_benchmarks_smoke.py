@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from benchmarks.__main__ import BENCHMARKS
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, RUN_LIMIT_S
 
 pytestmark = pytest.mark.slow
 REPO = REPO_ROOT
@@ -26,7 +26,7 @@ def sections() -> dict[str, str]:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=RUN_LIMIT_S,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]

@@ -15,7 +15,7 @@ import pytest
 from grpo_hub import compare as C
 from grpo_hub.tasks import chain
 from tests.compare.conftest import wait_until_served
-from tests.conftest import REPO_ROOT, free_port, requires, skip_or_fail
+from tests.conftest import REPO_ROOT, RUN_LIMIT_S, free_port, requires, skip_or_fail
 
 pytestmark = pytest.mark.browser
 ROOT = REPO_ROOT
@@ -54,7 +54,7 @@ def space_url(tiny_model_dir, trained_adapter, tmp_path_factory):
     finally:
         process.terminate()
         try:
-            process.wait(timeout=20)
+            process.wait(timeout=RUN_LIMIT_S)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -96,7 +96,7 @@ def test_page_compares_base_and_trained_adapter(page, tiny_model_dir, trained_ad
     page.locator("#prompt textarea").fill(PROMPT)
     page.locator("#seed input").fill(str(SEED))
     page.locator("#compare").click()
-    page.locator("#column-1 .sample").first.wait_for(timeout=120_000)
+    page.locator("#column-1 .sample").first.wait_for(timeout=RUN_LIMIT_S * 1000)
     (ROOT / "test-artifacts").mkdir(exist_ok=True)
     page.screenshot(path=str(ROOT / "test-artifacts" / "space.png"), full_page=True)
 
@@ -115,7 +115,7 @@ def test_page_compares_base_and_trained_adapter(page, tiny_model_dir, trained_ad
     assert page.locator("#reward-chart").is_visible()
     assert page.locator("#column-1 ins, #column-1 del").count() == 0  # plain completions by default
     page.locator("#show-diff input").check()
-    page.locator("#column-1 ins, #column-1 del").first.wait_for(timeout=30_000)
+    page.locator("#column-1 ins, #column-1 del").first.wait_for(timeout=RUN_LIMIT_S * 1000)
     assert page.locator("#column-0 ins").count() == 0
     assert read_column(page, 1)[0] == adapter[0]  # the toggle re-renders, it does not sample again
     page.screenshot(path=str(ROOT / "test-artifacts" / "space-diff.png"), full_page=True)
@@ -125,7 +125,7 @@ def test_page_names_an_unknown_adapter(page):
     page.get_by_text("Models").click()
     page.locator("#adapters textarea").fill("/no/such/adapter")
     page.locator("#compare").click()
-    page.get_by_text("adapter '/no/such/adapter' not found").first.wait_for(timeout=60_000)
+    page.get_by_text("adapter '/no/such/adapter' not found").first.wait_for(timeout=RUN_LIMIT_S * 1000)
 
 
 def test_twenty_concurrent_requests_complete(space_url, tiny_model_dir, trained_adapter):
@@ -139,7 +139,7 @@ def test_twenty_concurrent_requests_complete(space_url, tiny_model_dir, trained_
         )
         for seed in range(20)
     ]
-    results = [job.result(timeout=300) for job in jobs]
+    results = [job.result(timeout=RUN_LIMIT_S) for job in jobs]
     bank = C.load_bank(tiny_model_dir, (trained_adapter,))
     for seed, result in enumerate(results):
         expected = C.compare(bank, PROMPT, C.Sampling(seed=seed, **controls), [])

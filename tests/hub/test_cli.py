@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from tests.conftest import RUN_LIMIT_S
 from tests.hub.conftest import ALICE
 
 pytestmark = pytest.mark.hub
@@ -93,7 +94,7 @@ def test_console_script_reports_a_rejected_token_and_exits_1(hub, trained_run):
         [script, "push", checkpoint, "alice/cli-bad-token", "--token", "tok-wrong"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=RUN_LIMIT_S,
         env=dict(os.environ),  # HF_ENDPOINT etc. point at the local Hub (set by the `hub` fixture)
     )
     assert done.returncode == 1, done.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from grpo_hub.config.config_files import read_config
-from tests.conftest import REPO_ROOT, free_port
+from tests.conftest import REPO_ROOT, RUN_LIMIT_S, free_port
 from tests.training.distributed.launch import launch_env, run_isolated
 
 RECIPE = REPO_ROOT / "recipes" / "grpo.py"
@@ -43,7 +43,7 @@ def one_line_error(recipe, capsys, *argv) -> str:
     return err.rstrip("\n")
 
 
-def launch(tmp_path, *args, accelerate_config=None, timeout=600, env=None):
+def launch(tmp_path, *args, accelerate_config=None, timeout=RUN_LIMIT_S, env=None):
     """`accelerate launch recipes/grpo.py ARGS --output_dir tmp/out` (`env` overrides `launch_env()`, a None value
     unsets the variable); return (summary dict, output dir). The console output is kept in tmp/console.log."""
     out = tmp_path / "out"

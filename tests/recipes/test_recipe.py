@@ -6,7 +6,7 @@ import sys
 import pytest
 import yaml
 
-from tests.conftest import requires
+from tests.conftest import RUN_LIMIT_S, requires
 from tests.recipes.helpers import CONFIGS, RECIPE, launch, load_recipe, one_line_error, parse, preset
 from tests.training.distributed.launch import launch_env, run_isolated
 
@@ -315,7 +315,7 @@ def test_unknown_flag_from_the_command_line_has_no_traceback(tmp_path):
 
     done = subprocess.run(
         [sys.executable, str(RECIPE), "--learnig_rate", "1e-3"],
-        cwd=tmp_path, env=launch_env(), capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, env=launch_env(), capture_output=True, text=True, timeout=RUN_LIMIT_S,
     )  # fmt: skip
     assert done.returncode == 2
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower() or "Traceback" in line]

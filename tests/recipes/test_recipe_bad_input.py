@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from grpo_hub import GRPOHubConfig
 from grpo_hub.config import value_ranges
 from grpo_hub.config.flag_values import admits, element
+from tests.conftest import RUN_LIMIT_S
 from tests.recipes.helpers import RECIPE, load_recipe, parse
 from tests.training.distributed.launch import launch_env
 from tests.training.helpers import INVALID
@@ -244,7 +245,7 @@ def test_the_script_itself_answers_one_line_and_writes_nothing(tmp_path, argv, y
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, str(RECIPE), *argv, "--output_dir", str(out)],
-        cwd=tmp_path, env=launch_env(), capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, env=launch_env(), capture_output=True, text=True, timeout=RUN_LIMIT_S,
     )  # fmt: skip
     errors = [ln for ln in done.stderr.splitlines() if "error" in ln.lower() or "Traceback" in ln]
     assert done.returncode == 2 and len(errors) == 1 and line in errors[0], done.stderr[-2000:]

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from grpo_hub.generation.server_process import group_members
-from tests.conftest import REPO_ROOT, free_port
+from tests.conftest import REPO_ROOT, RUN_LIMIT_S, free_port
 from tests.recipes.helpers import CONFIGS, RECIPE
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -44,7 +44,7 @@ def start_recipe(tmp_path, port: int, *args: str) -> tuple[subprocess.Popen, obj
 
     out = tmp_path / "out"
     command = [vllm_python(), str(RECIPE), "--config", str(CONFIGS / "chain-async.yaml"), "--vllm_server_port",
-               str(port), "--output_dir", str(out), *args]  # fmt: skip
+               str(port), "--vllm_server_timeout", str(RUN_LIMIT_S), "--output_dir", str(out), *args]  # fmt: skip
     log = open(tmp_path / "console.log", "w")  # noqa: SIM115 (closed by the caller's finish)
     process = subprocess.Popen(command, cwd=REPO_ROOT, env=vllm_env(), stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)  # fmt: skip
@@ -61,7 +61,7 @@ def wait_for(condition, timeout: float, what: str, tmp_path) -> None:
 def test_a_run_trains_against_its_own_server_and_stops_it(tmp_path):
     port = free_port()
     process, out = start_recipe(tmp_path, port, "--max_steps", "4")
-    assert process.wait(timeout=600) == 0, (tmp_path / "console.log").read_text()[-3000:]
+    assert process.wait(timeout=RUN_LIMIT_S) == 0, (tmp_path / "console.log").read_text()[-3000:]
     summary = json.loads((out / "run_summary.json").read_text())
     assert summary["steps"] == 4 and (out / "adapter_model.safetensors").is_file()
     assert server_groups(port) == [] and not listening(port)
@@ -92,7 +92,7 @@ def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve(tmp_path):
     port = free_port()
     serve = [str(Path(vllm_python()).parent / "grpo-hub"), "vllm-serve", "--model", chain_model_path(),
              "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]  # fmt: skip
-    with LocalServer(serve, {**vllm_env(), "OMP_NUM_THREADS": "1"}, tmp_path / "server.log", timeout=400,
+    with LocalServer(serve, {**vllm_env(), "OMP_NUM_THREADS": "1"}, tmp_path / "server.log", timeout=RUN_LIMIT_S,
                      cores="1"):  # fmt: skip
         assert server_groups(port)  # the console script became the server (exec): one process group to stop
         out, url = tmp_path / "out", f"http://127.0.0.1:{port}"
@@ -100,7 +100,7 @@ def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve(tmp_path):
                    "--vllm_mode", "server", "--vllm_server_base_url", url, "--vllm_importance_sampling_mode",
                    "token_truncate", "--max_staleness", "1", "--max_steps", "3", "--output_dir", str(out)]  # fmt: skip
         done = subprocess.run(
-            command, cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True, timeout=600
+            command, cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True, timeout=RUN_LIMIT_S
         )
         console = done.stdout + done.stderr
         assert done.returncode == 0, console[-3000:]
@@ -114,11 +114,13 @@ def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve(tmp_path):
 def test_ctrl_c_leaves_no_server_behind(tmp_path):
     port = free_port()
     process, out = start_recipe(tmp_path, port, "--max_steps", "500")
-    wait_for(lambda: "step 2/" in (tmp_path / "console.log").read_text(), 400, "no training step", tmp_path)
+    wait_for(
+        lambda: "step 2/" in (tmp_path / "console.log").read_text(), RUN_LIMIT_S, "no training step", tmp_path
+    )
     groups = server_groups(port)
     assert groups and listening(port)
     process.send_signal(signal.SIGINT)
-    assert process.wait(timeout=120) != 0
+    assert process.wait(timeout=RUN_LIMIT_S) != 0
     assert all(not group_members(pgid) for pgid in groups) and not listening(port)
 
 
@@ -128,12 +130,14 @@ def test_a_server_dying_mid_run_stops_the_run_and_keeps_the_last_checkpoint(tmp_
         tmp_path, port, "--max_steps", "500", "--save_strategy", "steps", "--save_steps", "2"
     )
     checkpoint = out / "checkpoint-2"
-    wait_for(lambda: (checkpoint / "trainer_state.json").is_file(), 400, "no checkpoint", tmp_path)
+    wait_for(lambda: (checkpoint / "trainer_state.json").is_file(), RUN_LIMIT_S, "no checkpoint", tmp_path)
     import os
 
     for pgid in server_groups(port):
         os.killpg(pgid, signal.SIGKILL)  # the server dies (OOM, a crashed node)
-    assert process.wait(timeout=300) != 0  # the client's retries give up: the run stops with the error
+    assert (
+        process.wait(timeout=RUN_LIMIT_S) != 0
+    )  # the client's retries give up: the run stops with the error
     saved = json.loads((checkpoint / "trainer_state.json").read_text())
     assert saved["global_step"] == 2
     assert (checkpoint / "adapter_model.safetensors").is_file() and (checkpoint / "batch_stream.pt").is_file()
@@ -146,7 +150,9 @@ def test_a_server_that_is_down_is_one_line_before_training(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"
     command = [vllm_python(), str(RECIPE), "--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_base_url",
                url, "--vllm_server_timeout", "1", "--output_dir", str(tmp_path / "out")]  # fmt: skip
-    done = subprocess.run(command, cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True, timeout=RUN_LIMIT_S
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     assert f"grpo.py: error: `vllm_server_base_url`: no vLLM server answered at {url}/health" in done.stderr
     assert "Traceback" not in done.stderr and "Fix:" in done.stderr

@@ -9,6 +9,7 @@ from grpo_hub.records.console import (
     quiet_upstream_warnings,
     use_compact_progress,
 )
+from tests.conftest import RUN_LIMIT_S
 
 
 class Trainer:
@@ -67,7 +68,7 @@ def test_trls_warning_about_the_tested_vllm_is_hidden_once_grpo_hub_training_is_
         "                  'installed. We recommend installing a supported version.', stacklevel=1)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-W", "default", "-c", warn], capture_output=True, text=True, timeout=120
+        [sys.executable, "-W", "default", "-c", warn], capture_output=True, text=True, timeout=RUN_LIMIT_S
     )
     assert done.returncode == 0, done.stderr
     assert "You have version 0.33.0" in done.stderr and "0.32." not in done.stderr

@@ -19,7 +19,7 @@ from grpo_hub.tasks import (
     load_task_dataset,
     math_correctness_reward,
 )
-from tests.conftest import requires
+from tests.conftest import RUN_LIMIT_S, requires
 from tests.recipes.helpers import preset
 
 
@@ -79,7 +79,7 @@ def test_two_processes_building_at_once_agree(tmp_path):
     code = "import sys; from grpo_hub.tasks import build_tiny_model; print(build_tiny_model(sys.argv[1]))"
     target = str(tmp_path / "shared")
     procs = [subprocess.Popen([sys.executable, "-c", code, target], stdout=subprocess.PIPE) for _ in range(2)]
-    outputs = [p.communicate(timeout=300)[0].decode().strip().splitlines()[-1] for p in procs]
+    outputs = [p.communicate(timeout=RUN_LIMIT_S)[0].decode().strip().splitlines()[-1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0]
     assert outputs == [target, target]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shared"]  # no staging folder left behind

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.conftest import REPO_ROOT, free_port
+from tests.conftest import REPO_ROOT, RUN_LIMIT_S, free_port
 
 SCRIPT = textwrap.dedent(
     """
@@ -41,7 +41,7 @@ def test_fsdp2_gradients_are_checked_shard_by_shard():
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=RUN_LIMIT_S,
         check=False,
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]

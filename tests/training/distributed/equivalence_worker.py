@@ -61,7 +61,6 @@ def train_run(args: argparse.Namespace, result_dir: Path) -> None:
 def run_grid(
     layouts: list[Layout],
     variants: dict[str, dict | None],
-    timeout: float = 600,
     config: str = CONFIG,
     vllm_is: dict[str, dict] | None = None,
 ) -> dict:
@@ -79,7 +78,7 @@ def run_grid(
             if vllm_is and variant in vllm_is:
                 argv += ["--vllm-is", json.dumps(vllm_is[variant])]
             runs[f"{layout.name}{SEPARATOR}{variant}"] = argv
-    results = run_accelerate_runs(config, Path(__file__).name, runs, timeout=timeout, keep=_with_weights)
+    results = run_accelerate_runs(config, Path(__file__).name, runs, keep=_with_weights)
     return {tuple(name.split(SEPARATOR)): result["ranks"] for name, result in results.items()}
 
 

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT, free_port
+from tests.conftest import REPO_ROOT, RUN_LIMIT_S, free_port
 
 ACCELERATE_CONFIGS = REPO_ROOT / "recipes" / "accelerate"
 WORKER_DIR = Path(__file__).resolve().parent
@@ -108,7 +108,7 @@ def zero3_config(folder: Path, init_flag: bool) -> Path:
 
 
 def run_accelerate(
-    config: str, script: str, args: list[str] | tuple[str, ...] = (), timeout: float = 600
+    config: str, script: str, args: list[str] | tuple[str, ...] = (), timeout: float = RUN_LIMIT_S
 ) -> dict:
     """Launch `script` with `recipes/accelerate/<config>` and return {"ranks": [rank0, rank1, ...], **rank0}.
 
@@ -122,7 +122,7 @@ def run_accelerate(
 
 
 def run_accelerate_runs(
-    config: str, script: str, runs: dict[str, list[str]], timeout: float = 600, keep=None
+    config: str, script: str, runs: dict[str, list[str]], timeout: float = RUN_LIMIT_S, keep=None
 ) -> dict:
     """One launch of a worker that trains several runs one after the other (`--runs`, as grpo_worker.py does):
     {run name: {"ranks": [...], **rank0}} from `<result-dir>/<name>/rank<k>.json`. Arguments as run_accelerate;

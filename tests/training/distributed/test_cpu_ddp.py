@@ -48,7 +48,7 @@ RUNS = {
 @pytest.fixture(scope="module")
 def runs() -> dict:
     """{name: result} of every run of RUNS, trained one after the other in one 2-rank launch."""
-    return run_accelerate_runs(CONFIG, "grpo_worker.py", RUNS, timeout=600)
+    return run_accelerate_runs(CONFIG, "grpo_worker.py", RUNS)
 
 
 def test_plain_trl_runs_on_two_gloo_ranks_with_the_crafted_layout(runs):

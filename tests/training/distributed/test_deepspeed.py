@@ -42,7 +42,7 @@ def runs(request) -> dict:
     for name, pack in PACK.items():
         hub_config = json.dumps({"filter_zero_signal": True, "zero_signal_pack": pack})
         runs[name] = [*HALF_FLAT, "--hub-config", hub_config]
-    return run_accelerate_runs(request.param, "grpo_worker.py", runs, timeout=600)
+    return run_accelerate_runs(request.param, "grpo_worker.py", runs)
 
 
 def test_lora_training_with_one_rank_fully_filtered(runs):

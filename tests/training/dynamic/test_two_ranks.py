@@ -15,7 +15,7 @@ TARGET_ROWS = 4 * 4  # one generation batch: 4 groups of 4 completions over the 
 
 
 def test_two_ranks_agree_on_rounds_and_train_full_informative_batches():
-    result = run_accelerate("cpu-ddp.yaml", WORKER, ["--max-steps", "3"], timeout=480)
+    result = run_accelerate("cpu-ddp.yaml", WORKER, ["--max-steps", "3"])
     assert_two_rank_world(result, "MULTI_CPU")
     ranks = result["ranks"]
     assert [rank["global_step"] for rank in ranks] == [3, 3]

@@ -34,7 +34,7 @@ def _check_ranks(result: dict, hard: bool) -> None:
 def test_ddp_ranks_hold_identical_refreshed_reference():
     """EMA (alpha 0.5) after rank 1's reference was offset: the refresh broadcasts rank 0's result."""
     args = ["--max-steps", "4", "--sync-steps", "2", "--alpha", "0.5", "--perturb-rank1-ref"]
-    result = run_accelerate_runs("cpu-ddp.yaml", WORKER, {"run": args}, timeout=500)["run"]
+    result = run_accelerate_runs("cpu-ddp.yaml", WORKER, {"run": args})["run"]
     assert "MULTI_CPU" in result["distributed_type"] or "MULTI_GPU" in result["distributed_type"]
     assert not result["ref_partitioned"]
     ranks = result["ranks"]
@@ -50,7 +50,7 @@ def test_zero3_refresh_and_resume(tmp_path):
     zero3 = str(partitioned_zero3_config(tmp_path))  # LoRA factors really sharded, not kept whole
     args = ["--max-steps", "4", "--sync-steps", "2", "--save-steps", "2"]
     runs = {"straight": straight_args(args, tmp_path), "resumed": resumed_args(args, tmp_path)}
-    runs = run_accelerate_runs(zero3, WORKER, runs, timeout=600)
+    runs = run_accelerate_runs(zero3, WORKER, runs)
     straight = runs["straight"]
     assert "DEEPSPEED" in straight["distributed_type"] and straight["ref_partitioned"]
     # ZeRO-3: each rank stores a different shard, yet the gathered reference equals the trained adapter.
@@ -67,7 +67,7 @@ def test_zero3_bf16_refresh_and_resume_with_and_without_init_flag(tmp_path):
     requires("deepspeed", "ZeRO-3 reference-adapter refresh under bf16")
     args = ["--max-steps", "4", "--sync-steps", "2", "--save-steps", "2", "--bf16"]
     zero3 = str(zero3_config(tmp_path, init_flag=True))
-    straight = run_accelerate_runs(zero3, WORKER, {"run": straight_args(args, tmp_path)}, timeout=550)["run"]
+    straight = run_accelerate_runs(zero3, WORKER, {"run": straight_args(args, tmp_path)})["run"]
     assert "DEEPSPEED" in straight["distributed_type"]
     assert straight["adapter_dtypes"] == ["torch.bfloat16"]
     _check_ranks(straight, hard=True)

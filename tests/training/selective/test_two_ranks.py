@@ -17,7 +17,7 @@ NUM_GENERATIONS = 4
 @pytest.mark.parametrize("mode", ["replace", "shrink"])
 def test_two_ranks_take_the_same_skip_decisions_and_generate_whole_groups(mode):
     """shrink: a shrunk batch of 1 group puts 2 of its rows on each rank."""
-    result = run_accelerate("cpu-ddp.yaml", WORKER, ["--max-steps", "4", "--mode", mode], timeout=480)
+    result = run_accelerate("cpu-ddp.yaml", WORKER, ["--max-steps", "4", "--mode", mode])
     assert_two_rank_world(result, "MULTI_CPU")
     ranks = result["ranks"]
     assert [rank["global_step"] for rank in ranks] == [4, 4]

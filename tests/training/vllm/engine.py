@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 from grpo_hub.generation.server_process import LocalServer, server_command, server_env
-from tests.conftest import REPO_ROOT, free_port, skip_or_fail
+from tests.conftest import REPO_ROOT, RUN_LIMIT_S, free_port, skip_or_fail
 from tests.training.distributed.launch import launch_env, output_tail, run_isolated
 
 WORKER = Path(__file__).resolve().parent / "colocate_worker.py"
@@ -43,7 +43,7 @@ def vllm_env() -> dict[str, str]:
 
 
 def run_worker(
-    result_dir: Path, runs: dict[str, dict], *, ranks: int = 1, timeout: float = 600
+    result_dir: Path, runs: dict[str, dict], *, ranks: int = 1, timeout: float = RUN_LIMIT_S
 ) -> dict[str, list[dict]]:
     """Train every run of `runs` ({name: config overrides, plus `lora_r` for LoRA}) one after the other in one
     launch on `ranks` CPU ranks, writing into the folder `result_dir`; return {name: each rank's result dict}."""
@@ -77,10 +77,12 @@ def chain_server(log_dir: Path) -> LocalServer:
         chain_model_path(), port=free_port(), dtype="float32", lora_rank=16, python=vllm_python()
     )
     env = server_env({**vllm_env(), "OMP_NUM_THREADS": "1"}, cores=None, gpus=None)
-    return LocalServer(argv, env, log_dir / "server.log", timeout=400)
+    return LocalServer(argv, env, log_dir / "server.log", timeout=RUN_LIMIT_S)
 
 
-def run_server_worker(result_dir: Path, runs: dict, base_url: str, *, ranks: int = 1, extra=(), timeout=900):
+def run_server_worker(
+    result_dir: Path, runs: dict, base_url: str, *, ranks: int = 1, extra=(), timeout=RUN_LIMIT_S
+):
     """`server_worker.py` over `runs` against the server at `base_url` (like `run_worker`)."""
     worker = Path(__file__).resolve().parent / "server_worker.py"
     args = [
