@@ -123,8 +123,10 @@ def sft_batches(encoder: ProblemEncoder, seed: int, sft: dict):
     return problem_batches(encoder, draw, {p.question for p in heldout_problems()}, sft["batch_size"])
 
 
-def supervised_train(model, batches, seed: int, sft: dict) -> None:
-    """AdamW on next-token loss for `sft["steps"]` of `batches`, linear warm-up, one thread, deterministic."""
+def supervised_train(model, batches, seed: int, sft: dict, observe=None) -> None:
+    """AdamW on next-token loss for `sft["steps"]` of `batches`, linear warm-up, one thread, deterministic.
+
+    `observe(step, model)`, if given, is called before the first step (step 0) and after every optimizer step."""
     import torch
 
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
@@ -137,13 +139,17 @@ def supervised_train(model, batches, seed: int, sft: dict) -> None:
             optimizer, lambda step: min(1.0, (step + 1) / sft["warmup_steps"])
         )
         model.train()
-        for _ in range(sft["steps"]):
+        if observe:
+            observe(0, model)
+        for step in range(1, sft["steps"] + 1):
             ids, mask, labels = next(batches)
             model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), sft["grad_clip"])
             optimizer.step()
             warmup.step()
             optimizer.zero_grad(set_to_none=True)
+            if observe:
+                observe(step, model)
         model.eval()
     finally:
         torch.set_num_threads(threads)

@@ -8,12 +8,19 @@ worked solutions ("37+5*3-4=" -> "37+5=42,42*3=126,126-4=122") of synthetic prob
 single-threaded with deterministic algorithms. It is stopped early, partly right: nearly right on one and two
 steps, mostly wrong on three and four, with sampling right far more often than greedy decoding (docs/tasks.md).
 
-    python -m grpo_hub.tasks.chain_model --ship    # rebuild the shipped weights (~8 min on one core)
+    python -m grpo_hub.tasks.chain_model --ship    # rebuild the shipped weights (~8-13 min on one core)
     python -m grpo_hub.tasks.chain_model --output-dir DIR    # build into DIR (new or empty)
+
+Every build records its trace (`grpo_hub.tasks.build_trace`): the state's checksum after `TRACE_STEPS` and the
+digest of its inputs (`build_inputs_digest`). The shipped folder's machines record (`grpo_hub.tasks.chain_machines`)
+keeps the trace of each CPU kind's full build that reproduced the shipped weights: on such a machine a short build
+proves them reproducible. After an edit to a module in `BUILD_MODULES`, run `--ship` (git then shows whether the
+weights changed) or `python -m grpo_hub.tasks.chain_machines` to record the new digest.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import random
@@ -22,6 +29,7 @@ from pathlib import Path
 from grpo_hub.tasks import chain
 from grpo_hub.tasks.arithmetic import CHAT_TEMPLATE
 from grpo_hub.tasks.arithmetic_model import ProblemEncoder, problem_batches, supervised_train
+from grpo_hub.tasks.build_trace import StepRecorder, inputs_digest, write_trace
 from grpo_hub.tasks.model_cache import cached_build, check_seed, fingerprint, save_model
 from grpo_hub.tasks.tiny_model import SPECIAL_TOKENS, byte_level_tokenizer, init_model
 
@@ -38,6 +46,19 @@ MODEL_SHAPE = {
     "max_position_embeddings": 96,
 }
 SFT_RECIPE = {"steps": 1100, "batch_size": 64, "learning_rate": 3e-3, "warmup_steps": 50, "grad_clip": 1.0}
+# Steps whose state every build records: the initial weights, the first step, warm-up, and past warm-up's end.
+TRACE_STEPS = (0, 1, 25, 60)
+# The modules a build runs (their source is part of the inputs digest; tests check that the build imports no other).
+BUILD_MODULES = (
+    "grpo_hub.tasks.arithmetic",
+    "grpo_hub.tasks.arithmetic_model",
+    "grpo_hub.tasks.build_trace",
+    "grpo_hub.tasks.chain",
+    "grpo_hub.tasks.chain_model",
+    "grpo_hub.tasks.model_cache",
+    "grpo_hub.tasks.text",
+    "grpo_hub.tasks.tiny_model",
+)
 
 
 def build_recipe(seed: int = 0, sft: dict | None = None) -> dict:
@@ -74,12 +95,22 @@ def sft_batches(encoder: ProblemEncoder, seed: int, batch_size: int):
     return problem_batches(encoder, draw, {p.question for p in chain.heldout_problems()}, batch_size)
 
 
+def build_inputs_digest(seed: int = 0, sft: dict | None = None) -> str:
+    """Digest of what shapes the build of `build_recipe(seed, sft)`: the recipe, `BUILD_MODULES`' source, the
+    tokenizer and torch's version (`grpo_hub.tasks.build_trace.inputs_digest`)."""
+    modules = [importlib.import_module(name) for name in BUILD_MODULES]
+    return inputs_digest(build_recipe(seed, sft), modules, char_tokenizer().backend_tokenizer.to_str())
+
+
 def _write_model(folder: Path, seed: int, sft: dict) -> None:
     tokenizer = char_tokenizer()
     model = init_model(tokenizer, seed, shape=MODEL_SHAPE)
-    supervised_train(model, sft_batches(ProblemEncoder(tokenizer), seed, sft["batch_size"]), seed, sft)
+    recorder = StepRecorder(TRACE_STEPS)
+    batches = sft_batches(ProblemEncoder(tokenizer), seed, sft["batch_size"])
+    supervised_train(model, batches, seed, sft, observe=recorder)
     save_model(folder, model, tokenizer)
     (folder / RECIPE_FILE).write_text(json.dumps(build_recipe(seed, sft), indent=1, sort_keys=True))
+    write_trace(folder, build_inputs_digest(seed, sft), recorder.checksums, "model.safetensors")
 
 
 def build_chain_model(
@@ -117,7 +148,7 @@ if __name__ == "__main__":
     import shutil
 
     parser = argparse.ArgumentParser(
-        description="Build the chain model; --ship replaces the shipped weights."
+        description="Build the chain model; --ship replaces the shipped weights (and their machines record)."
     )
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--ship", action="store_true")
@@ -131,4 +162,7 @@ if __name__ == "__main__":
         shutil.copytree(built, SHIPPED_DIR)
         for path in SHIPPED_DIR.iterdir():
             path.chmod(0o644)  # the staging build's files are private; package data is world-readable
+        from grpo_hub.tasks.chain_machines import record_this_machine
+
+        record_this_machine(SHIPPED_DIR)  # the builder's CPU kind, bit for bit
     print(built if not cli.ship else SHIPPED_DIR)
