@@ -40,17 +40,38 @@ COSTLY_SESSION_FIXTURES = {
 }
 
 
+HEAVY_MARKERS = ("slow", "distributed", "deepspeed", "vllm")
+
+
+def xdist_group(item) -> str:
+    """A test's pytest-xdist group: its costly session fixture's, else its file's when it uses a fixture shared within
+    the file (module, class or package scope: built once), else its own."""
+    costly = [COSTLY_SESSION_FIXTURES[name] for name in item.fixturenames if name in COSTLY_SESSION_FIXTURES]
+    if costly:
+        return costly[0]
+    definitions = item._fixtureinfo.name2fixturedefs.values()  # pytest's record of the fixtures the test uses
+    shared = any(defs[-1].scope in ("module", "class", "package") for defs in definitions)
+    return item.path.relative_to(REPO_ROOT / "tests").as_posix() if shared else item.nodeid
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(items):
-    """Groups for pytest-xdist's `--dist loadgroup` (pyproject's addopts): a test that uses a costly session fixture
-    runs in that fixture's group, any other test with the rest of its file (its module fixtures are built once)."""
+    """Groups for pytest-xdist's `--dist loadgroup` (pyproject's addopts), handed out in collection order
+    (`--no-loadscope-reorder`): the groups with a heavy test (HEAVY_MARKERS) first, so that the cheap ones fill the
+    end of the run on both workers."""
+    groups = {}
     for item in items:
-        if REPO_ROOT / "tests" not in item.path.parents:
-            continue  # a test from outside this suite, collected in the same session
-        costly = [
-            COSTLY_SESSION_FIXTURES[name] for name in item.fixturenames if name in COSTLY_SESSION_FIXTURES
-        ]
-        group = costly[0] if costly else item.path.relative_to(REPO_ROOT / "tests").as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
+        if (
+            REPO_ROOT / "tests" in item.path.parents
+        ):  # not a test from outside this suite, collected beside it
+            groups[item.nodeid] = xdist_group(item)
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    heavy = {
+        groups[item.nodeid]
+        for item in items
+        if item.nodeid in groups and any(item.get_closest_marker(m) for m in HEAVY_MARKERS)
+    }
+    items.sort(key=lambda item: groups.get(item.nodeid) not in heavy)
 
 
 def free_port() -> int:

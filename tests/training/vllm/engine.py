@@ -34,11 +34,14 @@ def vllm_python() -> str:
 
 
 def vllm_env() -> dict[str, str]:
-    """`launch_env()` plus a small vLLM KV cache and the repository on PYTHONPATH."""
+    """`launch_env()` plus a small vLLM KV cache, the repository on PYTHONPATH and a free rendezvous port of its own
+    (a colocate engine on one process otherwise takes TRL's first free candidate, 29500: two runs at once on
+    pytest-xdist's two workers both picked it)."""
     return {
         **launch_env(),
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache per engine; vLLM's CPU default is 4
         "PYTHONPATH": str(REPO_ROOT),
+        "MASTER_PORT": str(free_port()),
     }
 
 
