@@ -38,8 +38,6 @@ COSTLY_SESSION_FIXTURES = {
     "zero_adapter": "compare-adapters",
     "trained_adapter": "compare-adapters",
 }
-
-
 HEAVY_MARKERS = ("slow", "distributed", "deepspeed", "vllm")
 
 
@@ -59,18 +57,12 @@ def pytest_collection_modifyitems(items):
     """Groups for pytest-xdist's `--dist loadgroup` (pyproject's addopts), handed out in collection order
     (`--no-loadscope-reorder`): the groups with a heavy test (HEAVY_MARKERS) first, so that the cheap ones fill the
     end of the run on both workers."""
-    groups = {}
-    for item in items:
-        if (
-            REPO_ROOT / "tests" in item.path.parents
-        ):  # not a test from outside this suite, collected beside it
-            groups[item.nodeid] = xdist_group(item)
-            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
-    heavy = {
-        groups[item.nodeid]
-        for item in items
-        if item.nodeid in groups and any(item.get_closest_marker(m) for m in HEAVY_MARKERS)
-    }
+    # this suite's tests, not others collected beside them
+    ours = [item for item in items if REPO_ROOT / "tests" in item.path.parents]
+    groups = {item.nodeid: xdist_group(item) for item in ours}
+    for item in ours:
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    heavy = {groups[item.nodeid] for item in ours if any(item.get_closest_marker(m) for m in HEAVY_MARKERS)}
     items.sort(key=lambda item: groups.get(item.nodeid) not in heavy)
 
 
