@@ -77,7 +77,7 @@ def probe(tmp_path, *launch_flags, omp=None) -> list[str]:
         "1",
     ]
     command += ["--mixed_precision", "no", "--dynamo_backend", "no", *launch_flags, str(PROBE)]
-    return run_isolated(command, tmp_path, env, 120, "threads probe").splitlines()[-2:]
+    return run_isolated(command, tmp_path, env, "threads probe").splitlines()[-2:]
 
 
 def test_under_accelerate_launch_the_default_uses_every_core_and_a_user_count_is_kept(tmp_path):

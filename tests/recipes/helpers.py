@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from grpo_hub.config.config_files import read_config
-from tests.conftest import REPO_ROOT, RUN_LIMIT_S, free_port
+from tests.conftest import REPO_ROOT, free_port
 from tests.training.distributed.launch import launch_env, run_isolated
 
 RECIPE = REPO_ROOT / "recipes" / "grpo.py"
@@ -43,7 +43,7 @@ def one_line_error(recipe, capsys, *argv) -> str:
     return err.rstrip("\n")
 
 
-def launch(tmp_path, *args, accelerate_config=None, timeout=RUN_LIMIT_S, env=None):
+def launch(tmp_path, *args, accelerate_config=None, env=None):
     """`accelerate launch recipes/grpo.py ARGS --output_dir tmp/out` (`env` overrides `launch_env()`, a None value
     unsets the variable); return (summary dict, output dir). The console output is kept in tmp/console.log."""
     out = tmp_path / "out"
@@ -56,7 +56,7 @@ def launch(tmp_path, *args, accelerate_config=None, timeout=RUN_LIMIT_S, env=Non
         command += ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no"]
     command += [str(RECIPE), *args, "--output_dir", str(out)]
     env = {name: value for name, value in {**launch_env(), **(env or {})}.items() if value is not None}
-    console = run_isolated(command, tmp_path, env, timeout, "recipe run")
+    console = run_isolated(command, tmp_path, env, "recipe run")
     (tmp_path / "console.log").write_text(console)
     assert "GRPO done:" in console
     return json.loads((out / "run_summary.json").read_text()), out

@@ -135,9 +135,8 @@ def test_a_server_dying_mid_run_stops_the_run_and_keeps_the_last_checkpoint(tmp_
 
     for pgid in server_groups(port):
         os.killpg(pgid, signal.SIGKILL)  # the server dies (OOM, a crashed node)
-    assert (
-        process.wait(timeout=RUN_LIMIT_S) != 0
-    )  # the client's retries give up: the run stops with the error
+    # the client's retries give up: the run stops with the error
+    assert process.wait(timeout=RUN_LIMIT_S) != 0
     saved = json.loads((checkpoint / "trainer_state.json").read_text())
     assert saved["global_step"] == 2
     assert (checkpoint / "adapter_model.safetensors").is_file() and (checkpoint / "batch_stream.pt").is_file()

@@ -13,7 +13,13 @@ from safetensors.torch import load_file
 
 from grpo_hub.tasks import chain, chain_model
 from grpo_hub.tasks.build_trace import file_checksum, read_trace
-from grpo_hub.tasks.chain_machines import ACCURACY_TOLERANCE, machine_for, read_machines, reproduces
+from grpo_hub.tasks.chain_machines import (
+    ACCURACY_TOLERANCE,
+    heldout_accuracy,
+    machine_for,
+    read_machines,
+    reproduces,
+)
 from grpo_hub.tasks.chain_model import SHIPPED_DIR, TRACE_STEPS, build_chain_model, chain_model_path
 from tests.conftest import RUN_LIMIT_S
 
@@ -65,13 +71,7 @@ def assert_reproduces_the_shipped_weights(rebuilt: Path) -> None:
     assert shipped.keys() == fresh.keys()
     if all(torch.equal(shipped[k], fresh[k]) for k in shipped):
         return
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_DIR)
-    accuracy = [
-        chain.evaluate(AutoModelForCausalLM.from_pretrained(folder), tokenizer)["greedy"]["all"]
-        for folder in (SHIPPED_DIR, rebuilt)
-    ]
+    accuracy = [heldout_accuracy(folder) for folder in (SHIPPED_DIR, rebuilt)]
     assert abs(accuracy[0] - accuracy[1]) <= ACCURACY_TOLERANCE, accuracy
 
 

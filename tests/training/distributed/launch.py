@@ -53,10 +53,10 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def run_isolated(command: list[str], cwd, env: dict[str, str], timeout: float, what: str) -> str:
+def run_isolated(command: list[str], cwd, env: dict[str, str], what: str) -> str:
     """Run `command` in its own process group and return its output (stdout and stderr).
 
-    The whole group (ranks, vLLM engine and worker processes) is killed afterwards, and on timeout.
+    The whole group (ranks, vLLM engine and worker processes) is killed afterwards, and after `RUN_LIMIT_S`.
     Raises AssertionError naming `what`, with the output tail, on a timeout (hang?) or a non-zero exit.
     """
     proc = subprocess.Popen(
@@ -69,12 +69,12 @@ def run_isolated(command: list[str], cwd, env: dict[str, str], timeout: float, w
         start_new_session=True,
     )
     try:
-        output, _ = proc.communicate(timeout=timeout)
+        output, _ = proc.communicate(timeout=RUN_LIMIT_S)
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid)
         output, _ = proc.communicate()
         raise AssertionError(
-            f"{what} timed out after {timeout}s (hang?). Output tail:\n{output_tail(output)}"
+            f"{what} timed out after {RUN_LIMIT_S}s (hang?). Output tail:\n{output_tail(output)}"
         ) from None
     finally:
         _kill_group(proc.pid)  # processes the run may have left behind
@@ -107,9 +107,7 @@ def zero3_config(folder: Path, init_flag: bool) -> Path:
     return path
 
 
-def run_accelerate(
-    config: str, script: str, args: list[str] | tuple[str, ...] = (), timeout: float = RUN_LIMIT_S
-) -> dict:
+def run_accelerate(config: str, script: str, args: list[str] | tuple[str, ...] = ()) -> dict:
     """Launch `script` with `recipes/accelerate/<config>` and return {"ranks": [rank0, rank1, ...], **rank0}.
 
     `config` is a file name in recipes/accelerate (or a path); `script` a file name in tests/training/distributed
@@ -117,18 +115,16 @@ def run_accelerate(
     rank result.
     """
     with tempfile.TemporaryDirectory(prefix="grpo_hub_dist_") as result_dir:
-        output = _launch(config, script, [*args, "--result-dir", result_dir], timeout)
+        output = _launch(config, script, [*args, "--result-dir", result_dir])
         return _rank_results(Path(result_dir), output)
 
 
-def run_accelerate_runs(
-    config: str, script: str, runs: dict[str, list[str]], timeout: float = RUN_LIMIT_S, keep=None
-) -> dict:
+def run_accelerate_runs(config: str, script: str, runs: dict[str, list[str]], keep=None) -> dict:
     """One launch of a worker that trains several runs one after the other (`--runs`, as grpo_worker.py does):
     {run name: {"ranks": [...], **rank0}} from `<result-dir>/<name>/rank<k>.json`. Arguments as run_accelerate;
     `keep(run folder, ranks)`, when given, reads what else a run wrote before the folder is deleted."""
     with tempfile.TemporaryDirectory(prefix="grpo_hub_dist_") as result_dir:
-        output = _launch(config, script, ["--runs", json.dumps(runs), "--result-dir", result_dir], timeout)
+        output = _launch(config, script, ["--runs", json.dumps(runs), "--result-dir", result_dir])
         results = {name: _rank_results(Path(result_dir) / name, output) for name in runs}
         for name, result in results.items():
             if keep is not None:
@@ -136,7 +132,7 @@ def run_accelerate_runs(
         return results
 
 
-def _launch(config: str, script: str, args: list[str], timeout: float) -> str:
+def _launch(config: str, script: str, args: list[str]) -> str:
     config_path = Path(config) if Path(config).is_file() else ACCELERATE_CONFIGS / config
     script_path = Path(script) if Path(script).is_file() else WORKER_DIR / script
     command = [
@@ -145,7 +141,7 @@ def _launch(config: str, script: str, args: list[str], timeout: float) -> str:
         "--main_process_port", str(free_port()),
         str(script_path), *args,
     ]  # fmt: skip
-    return run_isolated(command, REPO_ROOT, launch_env(), timeout, "accelerate launch")
+    return run_isolated(command, REPO_ROOT, launch_env(), "accelerate launch")
 
 
 def _rank_results(result_dir: Path, output: str) -> dict:

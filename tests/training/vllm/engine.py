@@ -45,9 +45,7 @@ def vllm_env() -> dict[str, str]:
     }
 
 
-def run_worker(
-    result_dir: Path, runs: dict[str, dict], *, ranks: int = 1, timeout: float = RUN_LIMIT_S
-) -> dict[str, list[dict]]:
+def run_worker(result_dir: Path, runs: dict[str, dict], *, ranks: int = 1) -> dict[str, list[dict]]:
     """Train every run of `runs` ({name: config overrides, plus `lora_r` for LoRA}) one after the other in one
     launch on `ranks` CPU ranks, writing into the folder `result_dir`; return {name: each rank's result dict}."""
     python = vllm_python()
@@ -64,7 +62,7 @@ def run_worker(
             "--num_processes", str(ranks),
             "--main_process_port", str(free_port()),
         ]  # fmt: skip
-    output = run_isolated(launcher + worker_args, REPO_ROOT, vllm_env(), timeout, "vLLM run")
+    output = run_isolated(launcher + worker_args, REPO_ROOT, vllm_env(), "vLLM run")
     results = {name: [result_dir / name / f"rank{k}.json" for k in range(ranks)] for name in runs}
     missing = [f"{p.parent.name}/{p.name}" for paths in results.values() for p in paths if not p.is_file()]
     assert not missing, f"ranks wrote no result {missing}:\n{output_tail(output)}"
@@ -83,9 +81,7 @@ def chain_server(log_dir: Path) -> LocalServer:
     return LocalServer(argv, env, log_dir / "server.log", timeout=RUN_LIMIT_S)
 
 
-def run_server_worker(
-    result_dir: Path, runs: dict, base_url: str, *, ranks: int = 1, extra=(), timeout=RUN_LIMIT_S
-):
+def run_server_worker(result_dir: Path, runs: dict, base_url: str, *, ranks: int = 1, extra=()):
     """`server_worker.py` over `runs` against the server at `base_url` (like `run_worker`)."""
     worker = Path(__file__).resolve().parent / "server_worker.py"
     args = [
@@ -102,7 +98,7 @@ def run_server_worker(
     if ranks > 1:
         launcher += ["-m", "accelerate.commands.launch", "--config_file", str(TWO_CPU_RANKS),
                      "--num_processes", str(ranks), "--main_process_port", str(free_port())]  # fmt: skip
-    output = run_isolated(launcher + args, REPO_ROOT, vllm_env(), timeout, "vLLM server run")
+    output = run_isolated(launcher + args, REPO_ROOT, vllm_env(), "vLLM server run")
     results = {name: [result_dir / name / f"rank{k}.json" for k in range(ranks)] for name in runs}
     missing = [f"{p.parent.name}/{p.name}" for paths in results.values() for p in paths if not p.is_file()]
     assert not missing, f"ranks wrote no result {missing}:\n{output_tail(output)}"
