@@ -87,6 +87,14 @@ class RecipeArguments:
             "after training; 0 reports greedy accuracy only."
         },
     )
+    eval_per_level: int | None = field(
+        default=None,
+        metadata={
+            "help": "For tasks 'chain' and 'arithmetic': held-out problems per level evaluated before and after "
+            "training (default: the task's whole held-out set, 500 per level for chain, 50 for arithmetic). Fewer "
+            "is faster and noisier."
+        },
+    )
     full_logs: bool = field(
         default=False,
         metadata={
@@ -126,6 +134,7 @@ def task_preset(task: str) -> Path:
 def check_parsed(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args: ModelConfig) -> None:
     """What the values alone decide across the three dataclasses, before a model or dataset is loaded."""
     value_ranges.check_recipe_settings(recipe_args, model_args)
+    check_eval_per_level(recipe_args)
     rewards = len(get_reward_funcs(recipe_args.task))
     if training_args.reward_weights is not None and len(training_args.reward_weights) != rewards:
         field_error(
@@ -133,6 +142,26 @@ def check_parsed(recipe_args: RecipeArguments, training_args: GRPOHubConfig, mod
             f"{len(training_args.reward_weights)} weights for task {recipe_args.task!r}, which has {rewards} "
             "reward function(s).",
             f"give {rewards} weight(s), or drop --reward_weights.",
+        )
+
+
+def check_eval_per_level(recipe_args: RecipeArguments) -> None:
+    """`eval_per_level` needs a scored task and at most that task's held-out problems per level."""
+    chosen, task = recipe_args.eval_per_level, recipe_args.task
+    if chosen is None:
+        return
+    if task not in SCORED_TASKS:
+        field_error(
+            "eval_per_level",
+            f"sizes the held-out evaluation of tasks {sorted(SCORED_TASKS)}; --task {task} has none.",
+            "drop --eval_per_level.",
+        )
+    available = SCORED_TASKS[task].HELDOUT_PER_LEVEL
+    if chosen > available:
+        field_error(
+            "eval_per_level",
+            f"{chosen} problems per level, but task {task!r} holds out {available} per level.",
+            f"give at most {available}, or drop --eval_per_level for all of them.",
         )
 
 
@@ -187,6 +216,7 @@ def local_vllm_server(recipe_args: RecipeArguments, training_args: GRPOHubConfig
 def heldout_accuracy(trainer, recipe_args: RecipeArguments) -> dict:
     """Held-out accuracy per level of the model being trained (every rank generates: ZeRO-3 needs all)."""
     extra = {"pass_k": recipe_args.eval_pass_k} if recipe_args.eval_pass_k else {}
+    extra |= {"n": recipe_args.eval_per_level} if recipe_args.eval_per_level else {}
     with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
         return SCORED_TASKS[recipe_args.task].evaluate(model, trainer.processing_class, "heldout", **extra)
 
@@ -268,6 +298,8 @@ def train_and_report(
     )
     if scored:
         summary["heldout_before"], summary["heldout_after"] = before, heldout_accuracy(trainer, recipe_args)
+        if recipe_args.eval_per_level:
+            summary["heldout_per_level"] = recipe_args.eval_per_level
     if push and push.pushed:  # the final push: repo, branch and the commit it is pinned to
         summary["pushed"] = {k: getattr(push.pushed[-1], k) for k in ("repo_id", "revision", "commit_sha")}
     if trainer.accelerator.is_main_process:

@@ -66,6 +66,30 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: groups.get(item.nodeid) not in heavy)
 
 
+class CostlyFixtureGuard:
+    """A costly session fixture is built only for a test that names it among its arguments (or its fixtures'): one
+    fetched by `request.getfixturevalue` is not in the test's xdist group, so another worker would build it again.
+    A plugin, not a conftest hook: pytest asks a session fixture's hooks of the root folder's conftests only."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        item = getattr(request, "_pyfuncitem", None)  # the test being set up
+        if (
+            fixturedef.argname in COSTLY_SESSION_FIXTURES
+            and item
+            and fixturedef.argname not in item.fixturenames
+        ):
+            pytest.fail(
+                f"{item.nodeid} fetches the costly session fixture {fixturedef.argname!r} without naming it, so its "
+                f"pytest-xdist group does not hold it and another worker would build it again. Fix: name it in the "
+                f"test's arguments or in @pytest.mark.usefixtures."
+            )
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(CostlyFixtureGuard(), "grpo-hub-costly-fixture-guard")
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

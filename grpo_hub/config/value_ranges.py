@@ -135,6 +135,7 @@ RECIPE_RANGES = (  # the recipe's RecipeArguments
     Range("num_prompts", 1),
     Range("dataset_seed", 0, SEED_MAX, why="numpy's seed range"),
     Range("eval_pass_k", 0, why="0 reports greedy accuracy only"),
+    Range("eval_per_level", 1),
 )
 MODEL_RANGES = (  # TRL's ModelConfig, read by the recipe
     _count("lora_r"),

@@ -78,7 +78,8 @@ def accuracy_line(before: dict, after: dict) -> str:
 
 def summary_lines(summary: dict, level_meaning: str | None = None) -> list[str]:
     """What the main process prints at the end: the run, the held-out accuracy (a scored task, per level =
-    `level_meaning`) and the final push."""
+    `level_meaning`, on `heldout_per_level` problems each where the run chose fewer than the task's all) and the final
+    push."""
     lines = [
         f"GRPO done: {summary['steps']} steps on {summary['world_size']} process(es) in {summary['train_seconds']} s "
         f"({summary['wall_seconds']} s with engine set-up); "
@@ -86,8 +87,9 @@ def summary_lines(summary: dict, level_meaning: str | None = None) -> list[str]:
         f"saved to {summary['saved_to']} (summary: {RUN_SUMMARY})"
     ]
     if "heldout_before" in summary:
+        sample = f", {summary['heldout_per_level']} problems each" if "heldout_per_level" in summary else ""
         lines.append(
-            f"held-out accuracy before -> after (per level = {level_meaning}): "
+            f"held-out accuracy before -> after (per level = {level_meaning}{sample}): "
             + accuracy_line(summary["heldout_before"], summary["heldout_after"])
         )
     if "pushed" in summary:

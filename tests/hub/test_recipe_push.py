@@ -6,7 +6,7 @@ from safetensors.torch import load, load_file
 
 from tests.conftest import requires
 from tests.hub.conftest import ALICE
-from tests.recipes.helpers import launch
+from tests.recipes.helpers import SMALL_EVAL, launch
 from tests.training.distributed.launch import partitioned_zero3_config
 
 REPO = "alice/zero3-recipe-lora"
@@ -21,7 +21,7 @@ def test_recipe_pushes_gathered_zero3_adapter_per_checkpoint_and_final(hub, tmp_
         tmp_path,
         "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "1",
         "--push_to_hub", "true", "--hub_model_id", REPO, "--hub_token", ALICE,
-        "--use_cpu", "true", "--bf16", "false",
+        "--use_cpu", "true", "--bf16", "false", *SMALL_EVAL,
         accelerate_config=partitioned_zero3_config(tmp_path),
         env={"HF_HUB_OFFLINE": "0"},
     )  # fmt: skip

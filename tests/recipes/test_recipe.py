@@ -7,7 +7,16 @@ import pytest
 import yaml
 
 from tests.conftest import RUN_LIMIT_S, requires
-from tests.recipes.helpers import CONFIGS, RECIPE, launch, load_recipe, one_line_error, parse, preset
+from tests.recipes.helpers import (
+    CONFIGS,
+    RECIPE,
+    SMALL_EVAL,
+    launch,
+    load_recipe,
+    one_line_error,
+    parse,
+    preset,
+)
 from tests.training.distributed.launch import launch_env, run_isolated
 
 CPU_CONFIGS = ("grpo", "gspo", "cispo", "filtered", "ref-refresh")
@@ -105,11 +114,35 @@ def test_pass_k_outside_the_arithmetic_task_is_refused(recipe, capsys):
     assert one_line_error(recipe, capsys, "--eval_pass_k", "8").startswith("grpo.py: error: `eval_pass_k`: ")
 
 
+def test_eval_per_level_needs_a_scored_task_and_at_most_its_held_out_problems(recipe, capsys):
+    unscored = one_line_error(recipe, capsys, "--task", "digits", "--eval_per_level", "5")
+    assert unscored.startswith("grpo.py: error: `eval_per_level`: ") and "drop --eval_per_level" in unscored
+    assert "holds out 500 per level" in one_line_error(recipe, capsys, "--eval_per_level", "501")
+    assert "holds out 50 per level" in one_line_error(
+        recipe, capsys, "--task", "arithmetic", "--eval_per_level", "51"
+    )
+    assert one_line_error(recipe, capsys, "--eval_per_level", "0").startswith(
+        "grpo.py: error: `eval_per_level`: "
+    )
+    assert parse(recipe, "--eval_per_level", "500")[0].eval_per_level == 500
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_two_cpu_ranks_with_the_ddp_accelerate_config(tmp_path):
-    summary, out = launch(tmp_path, "--max_steps", "4", accelerate_config="cpu-ddp.yaml")
+    summary, out = launch(tmp_path, "--max_steps", "4", *SMALL_EVAL, accelerate_config="cpu-ddp.yaml")
     assert summary["world_size"] == 2 and summary["steps"] == 4
+    assert summary["heldout_per_level"] == 20 and set(summary["heldout_after"]["greedy"]) == {
+        "1",
+        "2",
+        "3",
+        "4",
+        "all",
+    }
+    assert (
+        "held-out accuracy before -> after (per level = steps in the chain, 20 problems each)"
+        in (tmp_path / "console.log").read_text()
+    )
     assert (out / "adapter_model.safetensors").is_file()
 
 
@@ -121,7 +154,7 @@ def test_vllm_colocate_config_runs_in_the_vllm_env(tmp_path):
     out = tmp_path / "out"
     command = [
         vllm_python(), str(RECIPE), "--config", str(CONFIGS / "vllm-colocate.yaml"),
-        "--max_steps", "3", "--output_dir", str(out), "--use_cpu", "true", "--bf16", "false",
+        "--max_steps", "3", "--output_dir", str(out), "--use_cpu", "true", "--bf16", "false", *SMALL_EVAL,
     ]  # fmt: skip
     run_isolated(command, tmp_path, vllm_env(), "vLLM recipe run")
     summary = json.loads((out / "run_summary.json").read_text())

@@ -1,9 +1,11 @@
 """The recipe with a local vLLM server (vLLM environment, the shipped chain model): it trains and stops the server;
-Ctrl-C and a server that dies mid-run leave no process of the server's group and no port bound, and a server failure
-leaves the last checkpoint whole. The recipe joins a server started by `grpo-hub vllm-serve`. The first lines say
-where generation happens and which weight sync runs; the step lines show staleness and the wait for generation."""
+Ctrl-C leaves no process of the server's group and no port bound. The recipe joins a server started by
+`grpo-hub vllm-serve`, and when that server dies mid-run, the run stops and its last checkpoint is whole. The first
+lines say where generation happens and which weight sync runs; the step lines show staleness and the wait for
+generation."""
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -12,7 +14,7 @@ import pytest
 
 from grpo_hub.generation.server_process import group_members
 from tests.conftest import REPO_ROOT, RUN_LIMIT_S, free_port
-from tests.recipes.helpers import CONFIGS, RECIPE
+from tests.recipes.helpers import CONFIGS, RECIPE, SMALL_EVAL
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -44,7 +46,7 @@ def start_recipe(tmp_path, port: int, *args: str) -> tuple[subprocess.Popen, obj
 
     out = tmp_path / "out"
     command = [vllm_python(), str(RECIPE), "--config", str(CONFIGS / "chain-async.yaml"), "--vllm_server_port",
-               str(port), "--vllm_server_timeout", str(RUN_LIMIT_S), "--output_dir", str(out), *args]  # fmt: skip
+               str(port), "--vllm_server_timeout", str(RUN_LIMIT_S), "--output_dir", str(out), *SMALL_EVAL, *args]  # fmt: skip
     log = open(tmp_path / "console.log", "w")  # noqa: SIM115 (closed by the caller's finish)
     process = subprocess.Popen(command, cwd=REPO_ROOT, env=vllm_env(), stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)  # fmt: skip
@@ -81,8 +83,10 @@ def says_where_generation_happens(console: str, port: int, origin: str) -> None:
     assert "TRL currently supports vLLM versions" not in console
 
 
-def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve(tmp_path):
-    """The documented server for another node, on this one: `grpo-hub vllm-serve` from the vLLM environment."""
+def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve_and_stops_when_it_dies(tmp_path):
+    """The documented server for another node, on this one: `grpo-hub vllm-serve` from the vLLM environment. A first
+    run joins it and trains; a second run joins the same server, which then dies (OOM, a crashed node): the run
+    stops with the error and its last checkpoint is whole."""
     from pathlib import Path
 
     from grpo_hub.generation.server_process import LocalServer
@@ -92,22 +96,46 @@ def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve(tmp_path):
     port = free_port()
     serve = [str(Path(vllm_python()).parent / "grpo-hub"), "vllm-serve", "--model", chain_model_path(),
              "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def join(out: Path, *args: str) -> list[str]:
+        return [vllm_python(), str(RECIPE), "--config", str(CONFIGS / "chain.yaml"), "--use_vllm", "true",
+                "--vllm_mode", "server", "--vllm_server_base_url", url, "--vllm_importance_sampling_mode",
+                "token_truncate", "--max_staleness", "1", "--output_dir", str(out), *SMALL_EVAL, *args]  # fmt: skip
+
     with LocalServer(serve, {**vllm_env(), "OMP_NUM_THREADS": "1"}, tmp_path / "server.log", timeout=RUN_LIMIT_S,
                      cores="1"):  # fmt: skip
         assert server_groups(port)  # the console script became the server (exec): one process group to stop
-        out, url = tmp_path / "out", f"http://127.0.0.1:{port}"
-        command = [vllm_python(), str(RECIPE), "--config", str(CONFIGS / "chain.yaml"), "--use_vllm", "true",
-                   "--vllm_mode", "server", "--vllm_server_base_url", url, "--vllm_importance_sampling_mode",
-                   "token_truncate", "--max_staleness", "1", "--max_steps", "3", "--output_dir", str(out)]  # fmt: skip
+        out = tmp_path / "out"
         done = subprocess.run(
-            command, cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True, timeout=RUN_LIMIT_S
-        )
+            join(out, "--max_steps", "3"), cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True,
+            timeout=RUN_LIMIT_S,
+        )  # fmt: skip
         console = done.stdout + done.stderr
         assert done.returncode == 0, console[-3000:]
-    assert "grpo-hub vllm-serve: for trainers with use_vllm=True" in (tmp_path / "server.log").read_text()
-    assert json.loads((out / "run_summary.json").read_text())["steps"] == 3
-    assert (out / "reward_curve.png").is_file()
-    says_where_generation_happens(console, port, "joined: started elsewhere")
+        assert "grpo-hub vllm-serve: for trainers with use_vllm=True" in (tmp_path / "server.log").read_text()
+        assert json.loads((out / "run_summary.json").read_text())["steps"] == 3
+        assert (out / "reward_curve.png").is_file()
+        says_where_generation_happens(console, port, "joined: started elsewhere")
+        assert server_groups(port) and listening(port)  # a joined server outlives the run
+
+        dying = tmp_path / "dying"
+        with open(tmp_path / "console.log", "w") as log:
+            process = subprocess.Popen(
+                join(dying, "--max_steps", "500", "--save_strategy", "steps", "--save_steps", "2"),
+                cwd=REPO_ROOT, env=vllm_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        checkpoint = dying / "checkpoint-2"
+        wait_for(
+            lambda: (checkpoint / "trainer_state.json").is_file(), RUN_LIMIT_S, "no checkpoint", tmp_path
+        )
+        for pgid in server_groups(port):
+            os.killpg(pgid, signal.SIGKILL)  # the server dies
+        # the client's retries give up: the run stops with the error
+        assert process.wait(timeout=RUN_LIMIT_S) != 0
+    saved = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert saved["global_step"] == 2
+    assert (checkpoint / "adapter_model.safetensors").is_file() and (checkpoint / "batch_stream.pt").is_file()
     assert server_groups(port) == [] and not listening(port)
 
 
@@ -122,25 +150,6 @@ def test_ctrl_c_leaves_no_server_behind(tmp_path):
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=RUN_LIMIT_S) != 0
     assert all(not group_members(pgid) for pgid in groups) and not listening(port)
-
-
-def test_a_server_dying_mid_run_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
-    port = free_port()
-    process, out = start_recipe(
-        tmp_path, port, "--max_steps", "500", "--save_strategy", "steps", "--save_steps", "2"
-    )
-    checkpoint = out / "checkpoint-2"
-    wait_for(lambda: (checkpoint / "trainer_state.json").is_file(), RUN_LIMIT_S, "no checkpoint", tmp_path)
-    import os
-
-    for pgid in server_groups(port):
-        os.killpg(pgid, signal.SIGKILL)  # the server dies (OOM, a crashed node)
-    # the client's retries give up: the run stops with the error
-    assert process.wait(timeout=RUN_LIMIT_S) != 0
-    saved = json.loads((checkpoint / "trainer_state.json").read_text())
-    assert saved["global_step"] == 2
-    assert (checkpoint / "adapter_model.safetensors").is_file() and (checkpoint / "batch_stream.pt").is_file()
-    assert server_groups(port) == [] and not listening(port)
 
 
 def test_a_server_that_is_down_is_one_line_before_training(tmp_path):

@@ -31,3 +31,9 @@ def test_accuracy_line_and_summary_lines_name_every_level_and_the_push():
         == "held-out accuracy before -> after (per level = digits): greedy: 1 0.30->0.50, all 0.41->0.56"
     )
     assert lines[2].startswith("pushed to the Hub: me/x@main (commit abcdef1)")
+    sampled = summary_lines(
+        {**summary, "heldout_before": before, "heldout_after": after, "heldout_per_level": 20}, "digits"
+    )
+    assert sampled[1].startswith(
+        "held-out accuracy before -> after (per level = digits, 20 problems each): greedy"
+    )

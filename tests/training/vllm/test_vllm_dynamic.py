@@ -18,6 +18,9 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 RUNS = {1: ("one_rank_runs", ONE_RANK_RUNS), 2: ("two_rank_runs", TWO_RANK_RUNS)}  # ranks: fixture, its runs
 
 
+@pytest.mark.usefixtures(
+    *(fixture for fixture, _ in RUNS.values())
+)  # named: their xdist group holds this test
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_refill_rounds_generate_with_vllm(request, ranks):
     fixture, runs = RUNS[ranks]
