@@ -199,15 +199,17 @@ with --enable-lora, LoRA up to --max-lora-rank (vllm_server_sync='adapter'); the
 --vllm_server_start runs. It serves trainers with use_vllm=True, vllm_mode='server',
 vllm_server_base_url='http://THIS_HOST:PORT', vllm_server_sync 'auto' / 'merged' (and 'adapter' with --enable-lora),
 max_staleness >= 0, and a vllm_server_sync_dir this machine reads at the same path (the same machine, or a shared
-filesystem). Train the model it serves, in --dtype (the trainer's: float32, or bfloat16 with bf16=True). The dev-mode
-endpoints load weights from paths: bind --host to a trusted network."""
+filesystem). Train the model it serves, in --dtype (the trainer's: float32, or bfloat16 with bf16=True).
+Every route but /health needs the bearer token in GRPO_HUB_VLLM_TOKEN (or the file GRPO_HUB_VLLM_TOKEN_FILE names), in
+this environment and the trainer's; on 127.0.0.1 (the default) without one, a fresh token is written to a file this
+prints. Weights load only from --sync-dir (docs/vllm.md, "Security")."""
 
 
 def _run_vllm_serve(args: argparse.Namespace) -> NoReturn:
     """Replace this process with the vLLM server (its output, signals and exit status are the server's)."""
     import os
 
-    from grpo_hub.generation import server_process
+    from grpo_hub.generation import server_auth, server_process
 
     server_process.require_vllm("grpo-hub vllm-serve")
     if args.max_lora_rank is not None and not args.enable_lora:
@@ -217,12 +219,21 @@ def _run_vllm_serve(args: argparse.Namespace) -> NoReturn:
         lora_rank=(args.max_lora_rank or 16) if args.enable_lora else None,
         tensor_parallel_size=args.tensor_parallel_size,
     ) + (args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args)  # fmt: skip
-    env = server_process.server_env(os.environ, cores=None, gpus=None)
-    added = " ".join(f"{k}={v}" for k, v in env.items() if os.environ.get(k) != v)
+    base, token_line = dict(os.environ), ""
+    if server_auth.read_token(base) is None:
+        token_file = server_auth.loopback_token_file(args.host, args.port)
+        base[server_auth.TOKEN_FILE_ENV] = str(token_file)
+        token_line = f"token: a fresh one; trainers on this machine: export {server_auth.TOKEN_FILE_ENV}={token_file}\n"
+    sync_dir = args.sync_dir or str(server_auth.default_sync_dir(args.port))
+    env = server_process.server_env(base, cores=None, gpus=None, sync_dir=sync_dir)
+    added = " ".join(
+        f"{k}={v}" for k, v in env.items() if os.environ.get(k) != v and k != server_auth.TOKEN_ENV
+    )
     host = "<this machine's address>" if args.host in ("0.0.0.0", "::") else args.host
     print(
         f"grpo-hub vllm-serve: for trainers with use_vllm=True, vllm_mode='server', "
-        f"vllm_server_base_url='http://{host}:{args.port}'\n"
+        f"vllm_server_base_url='http://{host}:{args.port}'\n{token_line}"
+        f"weights load only from {env[server_auth.SYNC_DIR_ENV]}\n"
         f"running: {added} {' '.join(argv)}",
         flush=True,
     )
@@ -240,7 +251,9 @@ def register_vllm_serve(subparsers) -> None:
     )
     serve.add_argument("--model", required=True, help="Hub id or folder: the model the trainer trains")
     serve.add_argument(
-        "--host", default="0.0.0.0", help="address to bind (default 0.0.0.0, as `trl vllm-serve`)"
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1: this machine only; another address needs a token set)",
     )
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     serve.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs per model copy (default 1)")
@@ -258,6 +271,11 @@ def register_vllm_serve(subparsers) -> None:
         help="weights' dtype; set the trainer's (default auto: vLLM's, bfloat16 on CPU)",
     )
     serve.add_argument("--max-model-len", type=int, help="longest prompt + completion (default: the model's)")
+    serve.add_argument(
+        "--sync-dir",
+        help="the only folder weights load from, made owner-only; the trainer writes there (default "
+        "~/.cache/grpo_hub/vllm-sync-PORT)",
+    )
     serve.add_argument("vllm_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     serve.set_defaults(run=_run_vllm_serve)
 

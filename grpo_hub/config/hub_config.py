@@ -319,8 +319,10 @@ class GRPOHubConfig(GRPOConfig):
     vllm_server_sync_dir: str | None = field(
         default=None,
         metadata={
-            "help": "Folder each server sync writes the adapter or weights to; the server reads them at the same "
-            "path (a shared filesystem for a server on another node). None: a temporary folder on this machine."
+            "help": "Folder each server sync writes the adapter or weights to, owner-only; the server reads them at "
+            "the same path (a shared filesystem for a server on another node). A grpo_hub server loads weights only "
+            "from its own sync folder, fixed when it starts: None writes there, a set folder must be that one. None "
+            "with a server without one: a temporary folder on this machine."
         },
     )
     max_staleness: int = field(

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +30,7 @@ import uuid
 from pathlib import Path
 
 from grpo_hub.errors import field_error
+from grpo_hub.generation import server_auth
 from grpo_hub.generation.adapter_sync import gathered_adapter, served_rank
 
 FIELD = "vllm_server_sync"
@@ -38,7 +38,7 @@ ADAPTER, MERGED, AUTO, NCCL = "adapter", "merged", "auto", "nccl"
 SYNC_MODES = (AUTO, ADAPTER, MERGED, NCCL)
 EXTENSION = "grpo_hub.generation.worker_extension.WorkerExtension"
 RELOAD_METHOD, VERSION_METHOD = "grpo_hub_reload_weights", "grpo_hub_extension_version"
-CHECKPOINT_METHOD = "grpo_hub_reload_checkpoint"
+CHECKPOINT_METHOD, SYNC_DIR_METHOD = "grpo_hub_reload_checkpoint", "grpo_hub_sync_dir"
 # 'auto' on a GPU server: adapter-only from this many bytes of base weights (docs/vllm.md: at the Qwen2.5-0.5B shape
 # a merged sync moves ~1 GB per step, seconds on a disk or a network, while vLLM's GPU LoRA kernels cost 1.1-2x per
 # generated token; on CPU the LoRA path measured 3.5x slower per batch, so a CPU server always takes merged weights).
@@ -149,16 +149,44 @@ def check_sync_support(server_info: dict, probe, sync: str, adapter_rank: int | 
             )
 
 
+def check_authorized(response, token: str | None) -> None:
+    """A 401 from the server is one line naming the token's setting: the server guards its routes
+    (`server_auth.TokenMiddleware`) and the trainer sent no token, or another one."""
+    if response.status_code == 401:
+        sent = "sent no token" if token is None else "sent a token the server does not take"
+        field_error(
+            server_auth.TOKEN_ENV,
+            f"the vLLM server refused {response.request.method} {response.url} (401 Unauthorized): the trainer {sent}.",
+            server_auth.TOKEN_FIX + ".",
+        )
+
+
 def make_http_sync_client(requested: str):
-    """`HTTPSyncClient`: TRL's `VLLMClient` (vLLM is imported with it) that opens TRL's NCCL group only where
-    `syncs_over_http` says TRL's sync runs (its `over_http`)."""
+    """`HTTPSyncClient`: TRL's `VLLMClient` (vLLM is imported with it) that sends the server's token (read from the
+    environment, `server_auth.read_token`) with every request and opens TRL's NCCL group only where `syncs_over_http`
+    says TRL's sync runs (its `over_http`)."""
     import requests
     from trl.generation.vllm_client import VLLMClient
+
+    token = server_auth.read_token()
 
     class HTTPSyncClient(VLLMClient):
         """TRL's client for vLLM's OpenAI server; weights go over HTTP (`ServerAdapterSync`, `ServerMergedSync`)."""
 
         over_http = True
+
+        @property
+        def session(self):
+            return self._session
+
+        @session.setter
+        def session(self, session):
+            """TRL's retrying session (set first thing in its `__init__`), carrying the token to every request."""
+            session.headers.update(server_auth.auth_headers(token))
+            session.hooks["response"].append(
+                lambda response, *args, **kwargs: check_authorized(response, token)
+            )
+            self._session = session
 
         def check_server(self, total_timeout: float = 0.0, retry_interval: float = 2.0):
             """TRL's wait for /health, which says nothing while it waits: here one line first says what for."""
@@ -198,7 +226,10 @@ def make_http_sync_client(requested: str):
         def post(self, path: str, payload: dict) -> tuple[int, dict]:
             """(status, JSON body) of a POST to the server."""
             # not the client's retrying session: a 500 here is an answer (e.g. LoRA off), and a reload is not retried
-            response = requests.post(f"{self.base_url}{path}", json=payload, timeout=600)
+            response = requests.post(
+                f"{self.base_url}{path}", json=payload, timeout=600, headers=server_auth.auth_headers(token)
+            )
+            check_authorized(response, token)
             try:
                 return response.status_code, response.json()
             except ValueError:
@@ -217,8 +248,9 @@ def make_http_sync_client(requested: str):
 @contextlib.contextmanager
 def http_sync_client(requested: str | None):
     """While TRL's `VLLMGeneration` is built in server mode (`requested`: the vllm_server_sync value; None: not server
-    mode), it builds `HTTPSyncClient` instead of `VLLMClient`, except for 'nccl' (TRL's own sync, untouched)."""
-    if requested in (None, NCCL):
+    mode), it builds `HTTPSyncClient` instead of `VLLMClient`, except for 'nccl' without a token (TRL's own client,
+    untouched; with a token, `HTTPSyncClient` carries it and runs TRL's NCCL sync)."""
+    if requested is None or (requested == NCCL and server_auth.read_token() is None):
         yield
         return
     from trl.generation import vllm_generation
@@ -231,18 +263,36 @@ def http_sync_client(requested: str | None):
         vllm_generation.VLLMClient = original
 
 
-def sync_folder(sync_dir: str | None) -> Path:
-    """The folder syncs are written to: `sync_dir`, or a fresh temporary folder on this machine."""
-    if sync_dir is None:
-        return Path(tempfile.mkdtemp(prefix="grpo-hub-sync-"))
-    Path(sync_dir).mkdir(parents=True, exist_ok=True)
-    return Path(sync_dir)
+def served_sync_dir(post) -> str | None:
+    """The sync folder the server's worker extension loads weights from (fixed at its start), asked with
+    `post(path, payload) -> (status, body)`; None when the server has no such folder or no extension."""
+    status, body = post("/collective_rpc", {"method": SYNC_DIR_METHOD})
+    return body["results"][0] if status == 200 else None
+
+
+def sync_folder(sync_dir: str | None, served: str | None) -> Path:
+    """The folder syncs are written to, owner-only (`server_auth.private_folder`): `sync_dir`, which must be the
+    server's folder `served` where it has one (it loads weights from nowhere else), else `served`, else a fresh
+    temporary folder on this machine, removed at exit."""
+    if sync_dir is not None and served is not None and Path(sync_dir).resolve() != Path(served):
+        field_error(
+            "vllm_server_sync_dir",
+            f"{sync_dir!r}, but the server loads weights only from its sync folder {served!r}.",
+            f"leave vllm_server_sync_dir unset (the trainer then writes to the server's folder), or start the server "
+            f"with --sync-dir {sync_dir}.",
+        )
+    if sync_dir is None and served is None:
+        return Path(server_auth.temporary_sync_folder())
+    return server_auth.private_folder(sync_dir or served)
 
 
 def write_atomically(target: Path, write) -> None:
-    """`write(staging)` into a sibling then rename it to `target`: the server never reads a half-written sync."""
+    """`write(staging)` into a sibling, make it owner-only (files 0600, a folder 0700), then rename it to `target`:
+    the server never reads a half-written sync."""
     staging = target.with_name(f".{target.name}.partial")
     write(staging)
+    for path in [staging, *staging.glob("*")]:
+        path.chmod(0o700 if path.is_dir() else 0o600)
     os.replace(staging, target)
 
 

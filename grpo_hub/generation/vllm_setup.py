@@ -7,7 +7,7 @@ import contextlib
 from dataclasses import dataclass
 
 from grpo_hub.errors import field_error
-from grpo_hub.generation import server, server_process
+from grpo_hub.generation import server, server_auth, server_process
 from grpo_hub.generation.adapter_sync import (
     adapter_engine,
     check_not_fsdp,
@@ -136,7 +136,7 @@ def prepare_server(generation, settings: ServerSettings, *, collectives, metrics
         return None
     if sync_mode == server.ADAPTER and settings.adapter is None:
         field_error(server.FIELD, "'adapter' syncs a LoRA adapter, but the model has none.", "use 'merged'.")
-    folder = server.sync_folder(settings.sync_dir) if is_main else None
+    folder = sync_folder(client, settings.sync_dir, sync_mode) if is_main else None
     if sync_mode == server.ADAPTER:
         check_not_fsdp(generation)
         check_servable(model.peft_config[settings.adapter], head_targets(model))
@@ -168,6 +168,20 @@ def prepare_server(generation, settings: ServerSettings, *, collectives, metrics
     rollouts.before_launch = lambda: sync.ensure_current(broadcast)
     generation.generate = rollouts.serve(current_weights_first(generation.generate, sync, broadcast))
     return rollouts
+
+
+def sync_folder(client, sync_dir: str | None, sync_mode: str):
+    """The folder the main process writes syncs to (`server.sync_folder`); 'merged' needs the server's own."""
+    served = server.served_sync_dir(client.post)
+    if sync_mode == server.MERGED and served is None:
+        field_error(
+            server.FIELD,
+            "'merged' reloads weights only from the server's sync folder, fixed when it starts, and this server has "
+            "none.",
+            f"start it with `grpo-hub vllm-serve` (which fixes one), or with {server_auth.SYNC_DIR_ENV} in its "
+            "environment.",
+        )
+    return server.sync_folder(sync_dir, served)
 
 
 def nccl_reason(requested: str) -> str:

@@ -16,6 +16,7 @@ import pytest
 
 from grpo_hub.generation import server_process
 from grpo_hub.generation.server import EXTENSION
+from grpo_hub.generation.server_auth import MIDDLEWARE, SYNC_DIR_ENV, TOKEN_ENV
 from tests.conftest import REPO_ROOT, free_port
 
 STAND_IN = Path(__file__).resolve().parent / "stand_in_server.py"
@@ -39,7 +40,8 @@ def test_server_command_has_what_both_syncs_need():
     assert argv[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
     text = " ".join(argv)
     for part in ("--model /m", "--port 8123", "--dtype float32", "--logprobs-mode processed_logprobs",
-                 f"--worker-extension-cls {EXTENSION}", "--enable-lora --max-lora-rank 16 --max-loras 1"):  # fmt: skip
+                 f"--worker-extension-cls {EXTENSION}", "--enable-lora --max-lora-rank 16 --max-loras 1",
+                 f"--middleware {MIDDLEWARE}"):  # fmt: skip
         assert part in text, part
     assert "--enable-lora" not in server_process.server_command(
         "/m", port=1, dtype="bfloat16", lora_rank=None
@@ -72,14 +74,30 @@ def test_the_start_says_at_once_where_and_how_long_it_waits_and_is_known_as_star
 
 
 def test_server_env_turns_on_dev_mode_runtime_lora_and_the_devices():
-    env = server_process.server_env({"PATH": "/bin"}, cores="2-3", gpus="1")
+    env = server_process.server_env({"PATH": "/bin", TOKEN_ENV: "t"}, cores="2-3", gpus="1")
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     assert env["OMP_NUM_THREADS"] == "2" and env["CUDA_VISIBLE_DEVICES"] == "1" and env["PATH"] == "/bin"
+    kv_cache = server_process.server_env(
+        {"VLLM_CPU_KVCACHE_SPACE": "4", TOKEN_ENV: "t"}, cores=None, gpus=None
+    )
+    assert kv_cache["VLLM_CPU_KVCACHE_SPACE"] == "4"
+
+
+def test_server_env_needs_a_token_and_fixes_an_owner_only_sync_folder(tmp_path):
+    with pytest.raises(ValueError, match=f"needs a token. Fix: set {TOKEN_ENV}"):
+        server_process.server_env({"PATH": "/bin"}, cores=None, gpus=None)
+    given = server_process.server_env({TOKEN_ENV: "t"}, cores=None, gpus=None, sync_dir=str(tmp_path / "s"))
     assert (
-        server_process.server_env({"VLLM_CPU_KVCACHE_SPACE": "4"}, cores=None, gpus=None)[
-            "VLLM_CPU_KVCACHE_SPACE"
-        ]
-        == "4"
+        given[SYNC_DIR_ENV] == str((tmp_path / "s").resolve())
+        and (tmp_path / "s").stat().st_mode & 0o777 == 0o700
+    )
+    inherited = server_process.server_env(
+        {TOKEN_ENV: "t", SYNC_DIR_ENV: str(tmp_path / "i")}, cores=None, gpus=None
+    )
+    assert inherited[SYNC_DIR_ENV] == str((tmp_path / "i").resolve())
+    fresh = Path(server_process.server_env({TOKEN_ENV: "t"}, cores=None, gpus=None)[SYNC_DIR_ENV])
+    assert (
+        fresh.is_dir() and fresh.stat().st_mode & 0o777 == 0o700 and fresh.name.startswith("grpo-hub-sync-")
     )
 
 

@@ -154,7 +154,7 @@ def test_vllm_colocate_config_runs_in_the_vllm_env(tmp_path):
     out = tmp_path / "out"
     command = [
         vllm_python(), str(RECIPE), "--config", str(CONFIGS / "vllm-colocate.yaml"),
-        "--max_steps", "3", "--output_dir", str(out), "--use_cpu", "true", "--bf16", "false", *SMALL_EVAL,
+        "--max_steps", "3", "--output_dir", str(out), "--use_cpu", "true", "--bf16", "false",
     ]  # fmt: skip
     run_isolated(command, tmp_path, vllm_env(), "vLLM recipe run")
     summary = json.loads((out / "run_summary.json").read_text())

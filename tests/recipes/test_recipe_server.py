@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from grpo_hub.generation.server_auth import TOKEN_ENV
 from grpo_hub.generation.server_process import group_members
 from tests.conftest import REPO_ROOT, RUN_LIMIT_S, free_port
 from tests.recipes.helpers import CONFIGS, RECIPE, SMALL_EVAL
@@ -31,6 +32,21 @@ def server_groups(port: int) -> list[int]:
             continue
         if b"vllm.entrypoints.openai.api_server" in argv and str(port).encode() in argv:
             found.append(int(cmdline.parent.name))
+    return found
+
+
+def listening_addresses(port: int) -> list[str]:
+    """The IPv4 addresses a socket listens on at `port` (read from /proc/net/tcp)."""
+    from pathlib import Path
+
+    found = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, local_port = local.split(":")
+        if state == "0A" and int(local_port, 16) == port:  # 0A: LISTEN
+            found.append(
+                ".".join(str(int(address[i : i + 2], 16)) for i in (6, 4, 2, 0))
+            )  # little-endian hex
     return found
 
 
@@ -95,7 +111,7 @@ def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve_and_stops_when
 
     port = free_port()
     serve = [str(Path(vllm_python()).parent / "grpo-hub"), "vllm-serve", "--model", chain_model_path(),
-             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]  # fmt: skip
+             "--port", str(port), "--dtype", "float32"]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
 
     def join(out: Path, *args: str) -> list[str]:
@@ -106,6 +122,17 @@ def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve_and_stops_when
     with LocalServer(serve, {**vllm_env(), "OMP_NUM_THREADS": "1"}, tmp_path / "server.log", timeout=RUN_LIMIT_S,
                      cores="1"):  # fmt: skip
         assert server_groups(port)  # the console script became the server (exec): one process group to stop
+        assert listening_addresses(port) == ["127.0.0.1"]  # the default bind: this machine only
+        wrong = subprocess.run(
+            join(tmp_path / "refused", "--max_steps", "1"), cwd=REPO_ROOT, env={**vllm_env(), TOKEN_ENV: "wrong"},
+            capture_output=True, text=True, timeout=RUN_LIMIT_S,
+        )  # fmt: skip
+        assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr[-3000:]
+        assert (
+            f"grpo.py: error: `{TOKEN_ENV}`: the vLLM server refused GET {url}/v1/models (401 Unauthorized): the "
+            f"trainer sent a token the server does not take. Fix: set {TOKEN_ENV}"
+        ) in wrong.stderr
+        assert '"GET /v1/models HTTP/1.1" 401' in (tmp_path / "server.log").read_text()  # the server's side
         out = tmp_path / "out"
         done = subprocess.run(
             join(out, "--max_steps", "3"), cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True,

@@ -86,8 +86,9 @@ def two_rank_runs(tmp_path_factory) -> dict[str, list[dict]]:
 
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory):
-    """Base URL of a vLLM OpenAI server of the shipped chain model (fp32, both server syncs), for the session."""
+    """A vLLM OpenAI server of the shipped chain model (fp32, both server syncs; a `LocalServer`: `.base_url`,
+    `.log_path`, `.env`), for the session."""
     from tests.training.vllm.engine import chain_server
 
     with chain_server(tmp_path_factory.mktemp("vllm_server_log")) as server:
-        yield server.base_url
+        yield server

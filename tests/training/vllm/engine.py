@@ -13,6 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from grpo_hub.generation.server_auth import TOKEN_ENV, new_token
 from grpo_hub.generation.server_process import LocalServer, server_command, server_env
 from tests.conftest import REPO_ROOT, RUN_LIMIT_S, free_port, skip_or_fail
 from tests.training.distributed.launch import launch_env, output_tail, run_isolated
@@ -20,6 +21,7 @@ from tests.training.distributed.launch import launch_env, output_tail, run_isola
 WORKER = Path(__file__).resolve().parent / "colocate_worker.py"
 TWO_CPU_RANKS = REPO_ROOT / "recipes" / "accelerate" / "cpu-ddp.yaml"
 DEFAULT_PYTHON = "/opt/vllm-env/bin/python"
+SESSION_TOKEN = new_token()
 
 
 @functools.cache
@@ -34,14 +36,15 @@ def vllm_python() -> str:
 
 
 def vllm_env() -> dict[str, str]:
-    """`launch_env()` plus a small vLLM KV cache, the repository on PYTHONPATH and a free rendezvous port of its own
+    """`launch_env()` plus a small vLLM KV cache, the repository on PYTHONPATH, a free rendezvous port of its own
     (a colocate engine on one process otherwise takes TRL's first free candidate, 29500: two runs at once on
-    pytest-xdist's two workers both picked it)."""
+    pytest-xdist's two workers both picked it) and this session's server token (servers and trainers read it)."""
     return {
         **launch_env(),
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache per engine; vLLM's CPU default is 4
         "PYTHONPATH": str(REPO_ROOT),
         "MASTER_PORT": str(free_port()),
+        TOKEN_ENV: SESSION_TOKEN,
     }
 
 
@@ -77,7 +80,9 @@ def chain_server(log_dir: Path) -> LocalServer:
     argv = server_command(
         chain_model_path(), port=free_port(), dtype="float32", lora_rank=16, python=vllm_python()
     )
-    env = server_env({**vllm_env(), "OMP_NUM_THREADS": "1"}, cores=None, gpus=None)
+    env = server_env(
+        {**vllm_env(), "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "INFO"}, cores=None, gpus=None
+    )
     return LocalServer(argv, env, log_dir / "server.log", timeout=RUN_LIMIT_S)
 
 

@@ -50,7 +50,7 @@ ONE_RANK_RUNS = {
 def runs(vllm_server, tmp_path_factory):
     from tests.training.vllm.engine import run_server_worker
 
-    return run_server_worker(tmp_path_factory.mktemp("vllm_server"), ONE_RANK_RUNS, vllm_server)
+    return run_server_worker(tmp_path_factory.mktemp("vllm_server"), ONE_RANK_RUNS, vllm_server.base_url)
 
 
 def probe(runs, name) -> dict:
@@ -117,7 +117,9 @@ def test_two_ranks_share_one_server(vllm_server, tmp_path_factory):
     from tests.training.vllm.engine import run_server_worker
 
     runs = {"async": ASYNC}
-    ranks = run_server_worker(tmp_path_factory.mktemp("vllm_server_2"), runs, vllm_server, ranks=2)["async"]
+    ranks = run_server_worker(tmp_path_factory.mktemp("vllm_server_2"), runs, vllm_server.base_url, ranks=2)[
+        "async"
+    ]
     assert [r["world_size"] for r in ranks] == [2, 2]
     assert max(staleness(ranks[0])) == 1
     record = ranks[0]["probe"]

@@ -1,0 +1,177 @@
+"""Who may change a grpo_hub vLLM server: a bearer token on every route but /health, weights only from its sync folder.
+
+vLLM 0.32's `--api-key` guards only the paths under /v1, /v2, /inference and /cohere; the dev-mode and RL routes
+(`/collective_rpc`, `/sleep`, `/wake_up`, the weight routes) answer anyone who reaches the port. `TokenMiddleware`,
+which vLLM loads through `--middleware`, guards every route but OPEN_PATHS. Server and trainer read the token from the
+environment (TOKEN_ENV, or the file TOKEN_FILE_ENV names), never from a command line, which `ps` shows.
+
+The worker extension loads weight files only inside the sync folder fixed when the server starts (SYNC_DIR_ENV), after
+resolving symlinks and `..` (`inside_sync_folder`); the trainer writes that folder owner-only (`private_folder`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hmac
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+from grpo_hub.errors import field_error
+
+TOKEN_ENV = "GRPO_HUB_VLLM_TOKEN"
+TOKEN_FILE_ENV = "GRPO_HUB_VLLM_TOKEN_FILE"
+SYNC_DIR_ENV = "GRPO_HUB_VLLM_SYNC_DIR"
+MIDDLEWARE = "grpo_hub.generation.server_auth.TokenMiddleware"
+CACHE = Path.home() / ".cache" / "grpo_hub"
+OPEN_PATHS = frozenset(
+    {"/health"}
+)  # what a load balancer or the trainer's wait for the server may ask unannounced
+TOKEN_FIX = (
+    f"set {TOKEN_ENV} (or {TOKEN_FILE_ENV}, a file holding it) in the trainer's environment to the token the server "
+    "was started with"
+)
+
+
+def new_token() -> str:
+    """A fresh random token (256 bits)."""
+    return secrets.token_urlsafe(32)
+
+
+def read_token(env=os.environ) -> str | None:
+    """The token in `env`: TOKEN_ENV's value, else the content of the file TOKEN_FILE_ENV names; None when neither
+    is set. A named file that is missing or empty is an error naming the variable."""
+    if env.get(TOKEN_ENV):
+        return env[TOKEN_ENV]
+    path = env.get(TOKEN_FILE_ENV)
+    if not path:
+        return None
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as error:
+        field_error(
+            TOKEN_FILE_ENV,
+            f"cannot read the token file {path!r} ({error.strerror}).",
+            "name a readable file.",
+        )
+    if not token:
+        field_error(TOKEN_FILE_ENV, f"the token file {path!r} is empty.", "write the server's token into it.")
+    return token
+
+
+def ensure_token(env: dict) -> str:
+    """The token in `env` (`read_token`), else a fresh one put into `env` as TOKEN_ENV (a process that starts its own
+    server and trains against it: both read it from there)."""
+    token = read_token(env)
+    if token is None:
+        token = env[TOKEN_ENV] = new_token()
+    return token
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or a name) is this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+        except OSError:
+            return False
+
+
+def loopback_token_file(host: str, port: int) -> Path:
+    """For a server bound to this machine only: a fresh token in an owner-only file under CACHE (returned). Another
+    address without a token set is refused: anyone on that network could then reach the server."""
+    if not is_loopback(host):
+        field_error(
+            "--host",
+            f"{host} takes requests from the network, and no token is set.",
+            f"set {TOKEN_ENV} (or {TOKEN_FILE_ENV}) here and in the trainer's environment, or bind 127.0.0.1.",
+        )
+    path = private_folder(CACHE) / f"vllm-token-{port}"
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(new_token())
+    return path
+
+
+def default_sync_dir(port: int) -> Path:
+    """`grpo-hub vllm-serve`'s sync folder when none is given."""
+    return CACHE / f"vllm-sync-{port}"
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """The request headers that carry `token` (none without one)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:
+    """Whether ASGI `headers` carry `Authorization: Bearer <token>` (compared in constant time)."""
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, given = value.decode("latin-1").partition(" ")
+            return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode())
+    return False
+
+
+class TokenMiddleware:
+    """ASGI middleware: a request to any path but OPEN_PATHS without the server's token gets 401 and reaches no route.
+    The token is read from the server's environment when vLLM builds its app; a server started without one fails."""
+
+    def __init__(self, app):
+        token = read_token()
+        if token is None:
+            raise RuntimeError(
+                f"{MIDDLEWARE} needs a token: set {TOKEN_ENV} or {TOKEN_FILE_ENV} in the server's environment."
+            )
+        self.app, self.token = app, token
+
+    async def __call__(self, scope, receive, send):
+        guarded = scope["type"] in ("http", "websocket") and scope["path"] not in OPEN_PATHS
+        if guarded and not authorized(scope.get("headers", []), self.token):
+            await refuse(scope, send)
+            return
+        await self.app(scope, receive, send)
+
+
+async def refuse(scope, send) -> None:
+    """Answer 401 (an HTTP request) or close (a websocket) without calling the app."""
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    body = json.dumps({"error": "Unauthorized: this grpo_hub vLLM server needs its bearer token"}).encode()
+    headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
+    await send({"type": "http.response.start", "status": 401, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def private_folder(path: str | Path) -> Path:
+    """`path` created if needed and made owner-only (0700): no other user reads or plants a sync there."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    return folder
+
+
+def temporary_sync_folder() -> str:
+    """A fresh owner-only folder under the system's temporary folder, removed when this process exits."""
+    folder = tempfile.mkdtemp(prefix="grpo-hub-sync-")  # 0700
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def inside_sync_folder(path: str, sync_dir: str | None) -> Path:
+    """`path` resolved (symlinks, `..`) when it lies inside `sync_dir` (resolved too); else PermissionError."""
+    if not sync_dir:
+        raise PermissionError(
+            f"this vLLM server loads weights only from its sync folder, and it was started without one ({SYNC_DIR_ENV})"
+        )
+    folder, target = Path(sync_dir).resolve(), Path(path).resolve()
+    if not target.is_relative_to(folder) or target == folder:
+        raise PermissionError(f"refused to load {path!r}: this vLLM server loads weights only from {folder}")
+    return target

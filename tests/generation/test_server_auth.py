@@ -1,0 +1,184 @@
+"""grpo_hub.generation.server_auth (the token guard and the sync folder) and the trainer's side of it in
+generation/server.py, against naive checks. The real server: tests/training/vllm/test_vllm_server_auth.py."""
+
+import asyncio
+import itertools
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from grpo_hub.generation import server, server_auth
+from grpo_hub.generation.server_auth import TOKEN_ENV, TOKEN_FILE_ENV, TokenMiddleware
+
+TOKEN = "right-token"
+PATHS = ["/health", "/collective_rpc", "/sleep", "/wake_up", "/v1/completions", "/v1/models", "/update_weights",
+         "/healthz", "/health/", "/", "/docs", "/server_info"]  # fmt: skip
+HEADERS = [None, "Bearer right-token", "bearer right-token", "Bearer wrong-token", "Basic right-token",
+           "Bearer right-token ", "Bearer ", "right-token"]  # fmt: skip
+
+
+def naive_allowed(path: str, header: str | None) -> bool:
+    """Let through /health, and any other path only with exactly 'Bearer <token>' (scheme in any case)."""
+    if path == "/health":
+        return True
+    if header is None or " " not in header:
+        return False
+    scheme, value = header.split(" ", 1)
+    return scheme.lower() == "bearer" and value == TOKEN
+
+
+def call(middleware, scope) -> tuple[bool, list[dict]]:
+    """(whether the app was reached, the messages the middleware itself sent)."""
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return {"type": "http.request"}
+
+    asyncio.run(middleware(scope, receive, send))
+    return scope.get("reached", False), sent
+
+
+async def app(scope, receive, send):
+    scope["reached"] = True
+
+
+@pytest.fixture
+def guard(monkeypatch):
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    return TokenMiddleware(app)
+
+
+@pytest.mark.parametrize(("path", "header"), list(itertools.product(PATHS, HEADERS)))
+def test_only_health_or_the_right_bearer_token_reaches_the_app(guard, path, header):
+    headers = [(b"authorization", header.encode())] if header is not None else []
+    for kind in ("http", "websocket"):
+        reached, sent = call(guard, {"type": kind, "path": path, "method": "POST", "headers": headers})
+        assert reached == naive_allowed(path, header), (kind, path, header)
+        if not reached and kind == "http":
+            assert sent[0]["status"] == 401 and b"bearer token" in sent[1]["body"]
+        if not reached and kind == "websocket":
+            assert sent == [{"type": "websocket.close", "code": 1008}]
+    assert call(guard, {"type": "lifespan"})[0]  # start-up and shut-down are not requests
+
+
+def test_a_server_without_a_token_does_not_start(monkeypatch):
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    monkeypatch.delenv(TOKEN_FILE_ENV, raising=False)
+    with pytest.raises(RuntimeError, match=f"needs a token: set {TOKEN_ENV}"):
+        TokenMiddleware(app)
+
+
+def test_the_token_comes_from_the_variable_else_the_file_it_names(tmp_path):
+    file = tmp_path / "token"
+    file.write_text("from-file\n")
+    assert server_auth.read_token({TOKEN_ENV: "direct", TOKEN_FILE_ENV: str(file)}) == "direct"
+    assert server_auth.read_token({TOKEN_FILE_ENV: str(file)}) == "from-file"
+    assert server_auth.read_token({}) is None
+    with pytest.raises(ValueError, match=f"`{TOKEN_FILE_ENV}`: cannot read the token file"):
+        server_auth.read_token({TOKEN_FILE_ENV: str(tmp_path / "missing")})
+    (tmp_path / "empty").write_text(" \n")
+    with pytest.raises(ValueError, match=f"`{TOKEN_FILE_ENV}`: the token file .* is empty"):
+        server_auth.read_token({TOKEN_FILE_ENV: str(tmp_path / "empty")})
+
+
+def test_ensure_token_keeps_one_set_and_else_puts_a_fresh_one_where_the_trainer_reads_it():
+    env = {TOKEN_ENV: "kept"}
+    assert server_auth.ensure_token(env) == "kept" and env == {TOKEN_ENV: "kept"}
+    env = {}
+    token = server_auth.ensure_token(env)
+    assert env[TOKEN_ENV] == token and len(token) >= 40 and token != server_auth.ensure_token({})
+    assert (
+        server_auth.auth_headers(token) == {"Authorization": f"Bearer {token}"}
+        and server_auth.auth_headers(None) == {}
+    )
+
+
+def test_a_loopback_bind_gets_an_owner_only_token_file_and_another_address_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(server_auth, "CACHE", tmp_path)
+    for host in ("127.0.0.1", "localhost", "::1"):
+        assert server_auth.is_loopback(host)
+    for host in ("0.0.0.0", "::", "10.1.2.3", "no-such-host.invalid"):
+        assert not server_auth.is_loopback(host)
+    path = server_auth.loopback_token_file("127.0.0.1", 8000)
+    assert path.stat().st_mode & 0o777 == 0o600 and len(path.read_text()) >= 40
+    with pytest.raises(
+        ValueError, match="`--host`: 0.0.0.0 takes requests from the network, and no token is set"
+    ):
+        server_auth.loopback_token_file("0.0.0.0", 8000)
+
+
+def test_only_a_file_inside_the_sync_folder_loads(tmp_path):
+    folder, outside = tmp_path / "sync", tmp_path / "other"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / "weights.safetensors").touch()
+    (outside / "evil.safetensors").touch()
+    (folder / "link.safetensors").symlink_to(outside / "evil.safetensors")
+    (folder / "sub").mkdir()
+    assert (
+        server_auth.inside_sync_folder(str(folder / "weights.safetensors"), str(folder))
+        == (folder / "weights.safetensors").resolve()
+    )
+    assert server_auth.inside_sync_folder(str(folder / "sub" / ".." / "weights.safetensors"), str(folder))
+    for path in (outside / "evil.safetensors", folder / ".." / "other" / "evil.safetensors",
+                 folder / "link.safetensors", folder, "/etc/passwd", "relative.safetensors"):  # fmt: skip
+        with pytest.raises(PermissionError, match="loads weights only from"):
+            server_auth.inside_sync_folder(str(path), str(folder))
+    with pytest.raises(PermissionError, match="started without one"):
+        server_auth.inside_sync_folder(str(folder / "weights.safetensors"), None)
+
+
+def test_the_trainer_writes_to_the_servers_folder_owner_only_and_a_different_one_is_refused(tmp_path):
+    served = tmp_path / "served"
+    folder = server.sync_folder(None, str(served))
+    assert folder == served and served.stat().st_mode & 0o777 == 0o700
+    assert (
+        server.sync_folder(str(tmp_path / "x" / ".." / "served"), str(served.resolve()))
+        == tmp_path / "x/../served"
+    )
+    with pytest.raises(
+        ValueError, match=r"`vllm_server_sync_dir`: .* loads weights only from its sync folder"
+    ):
+        server.sync_folder(str(tmp_path / "mine"), str(served))
+    mine = server.sync_folder(
+        str(tmp_path / "mine"), None
+    )  # a server without a folder of its own: the adapter sync
+    assert mine.stat().st_mode & 0o777 == 0o700
+    temporary = server.sync_folder(None, None)
+    assert temporary.is_dir() and temporary.stat().st_mode & 0o777 == 0o700
+
+
+def test_every_sync_is_written_owner_only(tmp_path):
+    def folder(staging):
+        staging.mkdir()
+        (staging / "adapter_model.safetensors").write_text("x")
+
+    server.write_atomically(tmp_path / "adapter", folder)
+    server.write_atomically(tmp_path / "weights.safetensors", lambda staging: staging.write_text("x"))
+    assert (tmp_path / "adapter").stat().st_mode & 0o777 == 0o700
+    for path in (tmp_path / "adapter" / "adapter_model.safetensors", tmp_path / "weights.safetensors"):
+        assert path.stat().st_mode & 0o777 == 0o600
+    assert sorted(os.listdir(tmp_path)) == ["adapter", "weights.safetensors"]
+
+
+def test_a_refused_request_is_one_line_naming_the_token_setting():
+    request = SimpleNamespace(method="POST")
+    server.check_authorized(SimpleNamespace(status_code=200, request=request, url="u"), None)
+    for token, said in ((None, "sent no token"), ("t", "sent a token the server does not take")):
+        with pytest.raises(ValueError) as refused:
+            server.check_authorized(
+                SimpleNamespace(status_code=401, request=request, url="http://h/x"), token
+            )
+        message = str(refused.value)
+        assert message.startswith(
+            f"`{TOKEN_ENV}`: the vLLM server refused POST http://h/x (401 Unauthorized)"
+        )
+        assert (
+            said in message
+            and f"Fix: set {TOKEN_ENV} (or {TOKEN_FILE_ENV}" in message
+            and "\n" not in message
+        )

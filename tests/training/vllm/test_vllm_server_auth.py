@@ -1,0 +1,83 @@
+"""The guards of a grpo_hub vLLM server (grpo_hub.generation.server_auth), on the live server of the session: every
+route of its route table but /health refuses a request without the token or with a wrong one, and a reload from
+outside the sync folder is refused; the served weights stay the same (the log-probs of fixed completions)."""
+
+import os
+import re
+
+import pytest
+import requests
+import torch
+from safetensors.torch import load_file, save_file
+
+from grpo_hub.generation import server
+from grpo_hub.generation.server_auth import SYNC_DIR_ENV, TOKEN_ENV, auth_headers
+from grpo_hub.tasks.chain_model import chain_model_path
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+PROMPTS = ["3+4*2=", "17-9+5=", "8*7-6="]
+
+
+def route_table(log: str) -> list[tuple[str, str]]:
+    """(method, path) of every route the server listed when it started ("Route: /x, Methods: GET, HEAD")."""
+    routes = []
+    for path, methods in re.findall(r"Route: (\S+), Methods: ([A-Z, ]+)", log):
+        routes += [(method.strip(), path) for method in methods.split(",")]
+    return routes
+
+
+def served_logprobs(base_url: str, token: str) -> list[list[float]]:
+    """Greedy completions' token log-probs of PROMPTS: a change of the served weights changes them."""
+    model = requests.get(f"{base_url}/v1/models", headers=auth_headers(token), timeout=60).json()["data"][0][
+        "id"
+    ]
+    payload = {"model": model, "prompt": PROMPTS, "max_tokens": 6, "temperature": 0.0, "logprobs": 0}
+    answer = requests.post(
+        f"{base_url}/v1/completions", json=payload, headers=auth_headers(token), timeout=120
+    )
+    assert answer.status_code == 200, answer.text
+    return [choice["logprobs"]["token_logprobs"] for choice in answer.json()["choices"]]
+
+
+def reload_request(path: str) -> dict:
+    return {"method": server.RELOAD_METHOD, "args": [path]}
+
+
+def test_every_route_but_health_refuses_a_request_without_the_right_token(vllm_server):
+    base_url, token = vllm_server.base_url, vllm_server.env[TOKEN_ENV]
+    routes = route_table(vllm_server.log_path.read_text())
+    assert len(routes) >= 40 and ("POST", "/collective_rpc") in routes and ("POST", "/sleep") in routes
+    before = served_logprobs(base_url, token)
+    answered = []
+    for method, path in routes:
+        url = base_url + re.sub(r"\{[^}]+\}", "x", path)
+        for headers in ({}, {"Authorization": "Bearer not-the-token"}, {"Authorization": f"Basic {token}"}):
+            payload = reload_request("/etc/hostname") if path == "/collective_rpc" else {}
+            status = requests.request(method, url, json=payload, headers=headers, timeout=60).status_code
+            if status != 401:
+                answered.append((method, path, status))
+    # the one open route is the health check: 0 routes that change the server's state answer without the token
+    assert sorted(set(answered)) == [("GET", "/health", 200)], answered
+    assert served_logprobs(base_url, token) == before
+
+
+def test_a_reload_from_outside_the_sync_folder_is_refused(vllm_server, tmp_path):
+    base_url, token = vllm_server.base_url, vllm_server.env[TOKEN_ENV]
+    sync_dir = vllm_server.env[SYNC_DIR_ENV]
+    asked = requests.post(f"{base_url}/collective_rpc", json={"method": server.SYNC_DIR_METHOD},
+                          headers=auth_headers(token), timeout=60)  # fmt: skip
+    assert asked.json()["results"] == [sync_dir]
+    before = served_logprobs(base_url, token)
+    weights = load_file(f"{chain_model_path()}/model.safetensors")
+    evil = tmp_path / "evil.safetensors"
+    save_file({name: torch.zeros_like(tensor) for name, tensor in weights.items()}, str(evil))
+    link = f"{sync_dir}/link-{tmp_path.name}.safetensors"  # a symlink inside the folder, to a file outside it
+    os.symlink(evil, link)
+    try:
+        for path in (str(evil), os.path.join(sync_dir, os.path.relpath(evil, sync_dir)), link):
+            answer = requests.post(f"{base_url}/collective_rpc", json=reload_request(path),
+                                   headers=auth_headers(token), timeout=120)  # fmt: skip
+            assert answer.status_code != 200 and "loads weights only from" in answer.text, (path, answer.text)
+    finally:
+        os.unlink(link)
+    assert served_logprobs(base_url, token) == before
