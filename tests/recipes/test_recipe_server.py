@@ -1,8 +1,8 @@
-"""The recipe with a local vLLM server (vLLM environment, the shipped chain model): it trains and stops the server;
-Ctrl-C leaves no process of the server's group and no port bound. The recipe joins a server started by
-`grpo-hub vllm-serve`, and when that server dies mid-run, the run stops and its last checkpoint is whole. The first
-lines say where generation happens and which weight sync runs; the step lines show staleness and the wait for
-generation."""
+"""The recipe with a local vLLM server (vLLM environment, the shipped chain model): it trains against it with the
+token it made and stops the server; Ctrl-C leaves no process of the server's group and no port bound. The recipe joins
+a server started by `grpo-hub vllm-serve` (which listens on 127.0.0.1 only), a wrong token is one line, and when that
+server dies mid-run, the run stops and its last checkpoint is whole. The first lines say where generation happens and
+which weight sync runs; the step lines show staleness and the wait for generation."""
 
 import json
 import os
@@ -64,7 +64,8 @@ def start_recipe(tmp_path, port: int, *args: str) -> tuple[subprocess.Popen, obj
     command = [vllm_python(), str(RECIPE), "--config", str(CONFIGS / "chain-async.yaml"), "--vllm_server_port",
                str(port), "--vllm_server_timeout", str(RUN_LIMIT_S), "--output_dir", str(out), *SMALL_EVAL, *args]  # fmt: skip
     log = open(tmp_path / "console.log", "w")  # noqa: SIM115 (closed by the caller's finish)
-    process = subprocess.Popen(command, cwd=REPO_ROOT, env=vllm_env(), stdout=log, stderr=subprocess.STDOUT,
+    env = {name: value for name, value in vllm_env().items() if name != TOKEN_ENV}  # the recipe makes its own
+    process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)  # fmt: skip
     return process, out
 

@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 from grpo_hub.generation import server
 from grpo_hub.generation.server_auth import SYNC_DIR_ENV, TOKEN_ENV, auth_headers
 from grpo_hub.tasks.chain_model import chain_model_path
+from tests.conftest import RUN_LIMIT_S
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 PROMPTS = ["3+4*2=", "17-9+5=", "8*7-6="]
@@ -28,12 +29,12 @@ def route_table(log: str) -> list[tuple[str, str]]:
 
 def served_logprobs(base_url: str, token: str) -> list[list[float]]:
     """Greedy completions' token log-probs of PROMPTS: a change of the served weights changes them."""
-    model = requests.get(f"{base_url}/v1/models", headers=auth_headers(token), timeout=60).json()["data"][0][
-        "id"
-    ]
+    model = requests.get(f"{base_url}/v1/models", headers=auth_headers(token), timeout=RUN_LIMIT_S).json()[
+        "data"
+    ][0]["id"]
     payload = {"model": model, "prompt": PROMPTS, "max_tokens": 6, "temperature": 0.0, "logprobs": 0}
     answer = requests.post(
-        f"{base_url}/v1/completions", json=payload, headers=auth_headers(token), timeout=120
+        f"{base_url}/v1/completions", json=payload, headers=auth_headers(token), timeout=RUN_LIMIT_S
     )
     assert answer.status_code == 200, answer.text
     return [choice["logprobs"]["token_logprobs"] for choice in answer.json()["choices"]]
@@ -53,7 +54,9 @@ def test_every_route_but_health_refuses_a_request_without_the_right_token(vllm_s
         url = base_url + re.sub(r"\{[^}]+\}", "x", path)
         for headers in ({}, {"Authorization": "Bearer not-the-token"}, {"Authorization": f"Basic {token}"}):
             payload = reload_request("/etc/hostname") if path == "/collective_rpc" else {}
-            status = requests.request(method, url, json=payload, headers=headers, timeout=60).status_code
+            status = requests.request(
+                method, url, json=payload, headers=headers, timeout=RUN_LIMIT_S
+            ).status_code
             if status != 401:
                 answered.append((method, path, status))
     # the one open route is the health check: 0 routes that change the server's state answer without the token
@@ -65,7 +68,7 @@ def test_a_reload_from_outside_the_sync_folder_is_refused(vllm_server, tmp_path)
     base_url, token = vllm_server.base_url, vllm_server.env[TOKEN_ENV]
     sync_dir = vllm_server.env[SYNC_DIR_ENV]
     asked = requests.post(f"{base_url}/collective_rpc", json={"method": server.SYNC_DIR_METHOD},
-                          headers=auth_headers(token), timeout=60)  # fmt: skip
+                          headers=auth_headers(token), timeout=RUN_LIMIT_S)  # fmt: skip
     assert asked.json()["results"] == [sync_dir]
     before = served_logprobs(base_url, token)
     weights = load_file(f"{chain_model_path()}/model.safetensors")
@@ -76,7 +79,7 @@ def test_a_reload_from_outside_the_sync_folder_is_refused(vllm_server, tmp_path)
     try:
         for path in (str(evil), os.path.join(sync_dir, os.path.relpath(evil, sync_dir)), link):
             answer = requests.post(f"{base_url}/collective_rpc", json=reload_request(path),
-                                   headers=auth_headers(token), timeout=120)  # fmt: skip
+                                   headers=auth_headers(token), timeout=RUN_LIMIT_S)  # fmt: skip
             assert answer.status_code != 200 and "loads weights only from" in answer.text, (path, answer.text)
     finally:
         os.unlink(link)
