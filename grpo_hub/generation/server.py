@@ -161,14 +161,11 @@ def check_authorized(response, token: str | None) -> None:
         )
 
 
-def make_http_sync_client(requested: str):
-    """`HTTPSyncClient`: TRL's `VLLMClient` (vLLM is imported with it) that sends the server's token (read from the
-    environment, `server_auth.read_token`) with every request and opens TRL's NCCL group only where `syncs_over_http`
-    says TRL's sync runs (its `over_http`)."""
+def make_http_sync_client(requested: str, token: str | None):
+    """`HTTPSyncClient`: TRL's `VLLMClient` (vLLM is imported with it) that sends the server's `token` with every
+    request and opens TRL's NCCL group only where `syncs_over_http` says TRL's sync runs (its `over_http`)."""
     import requests
     from trl.generation.vllm_client import VLLMClient
-
-    token = server_auth.read_token()
 
     class HTTPSyncClient(VLLMClient):
         """TRL's client for vLLM's OpenAI server; weights go over HTTP (`ServerAdapterSync`, `ServerMergedSync`)."""
@@ -250,13 +247,14 @@ def http_sync_client(requested: str | None):
     """While TRL's `VLLMGeneration` is built in server mode (`requested`: the vllm_server_sync value; None: not server
     mode), it builds `HTTPSyncClient` instead of `VLLMClient`, except for 'nccl' without a token (TRL's own client,
     untouched; with a token, `HTTPSyncClient` carries it and runs TRL's NCCL sync)."""
-    if requested is None or (requested == NCCL and server_auth.read_token() is None):
+    token = server_auth.read_token() if requested is not None else None
+    if requested is None or (requested == NCCL and token is None):
         yield
         return
     from trl.generation import vllm_generation
 
     original = vllm_generation.VLLMClient
-    vllm_generation.VLLMClient = make_http_sync_client(requested)
+    vllm_generation.VLLMClient = make_http_sync_client(requested, token)
     try:
         yield
     finally:

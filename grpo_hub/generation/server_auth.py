@@ -29,9 +29,8 @@ TOKEN_FILE_ENV = "GRPO_HUB_VLLM_TOKEN_FILE"
 SYNC_DIR_ENV = "GRPO_HUB_VLLM_SYNC_DIR"
 MIDDLEWARE = "grpo_hub.generation.server_auth.TokenMiddleware"
 CACHE = Path.home() / ".cache" / "grpo_hub"
-OPEN_PATHS = frozenset(
-    {"/health"}
-)  # what a load balancer or the trainer's wait for the server may ask unannounced
+# what a load balancer or the trainer's wait for the server may ask unannounced
+OPEN_PATHS = frozenset({"/health"})
 TOKEN_FIX = (
     f"set {TOKEN_ENV} (or {TOKEN_FILE_ENV}, a file holding it) in the trainer's environment to the token the server "
     "was started with"

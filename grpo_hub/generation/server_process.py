@@ -123,9 +123,8 @@ def local_server(
     (a fresh one unless the environment holds one), its sync folder a fresh temporary one."""
     may_serve_adapter = sync == "adapter" or (sync == "auto" and gpus is not None)
     argv = server_command(model, port=port, dtype=dtype, lora_rank=lora_rank if may_serve_adapter else None)
-    server_auth.ensure_token(
-        os.environ
-    )  # this process trains against it: its client reads the token from there
+    # this process trains against it: its client reads the token from there
+    server_auth.ensure_token(os.environ)
     env = server_env(os.environ, cores=cores, gpus=gpus)
     return LocalServer(argv, env, log, timeout=timeout, cores=cores)
 

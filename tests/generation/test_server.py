@@ -126,7 +126,7 @@ def test_auto_keeps_trls_nccl_sync_for_a_server_that_takes_no_http_sync(
 def test_waiting_for_a_server_says_at_once_what_for_and_how_long(capsys):
     from tests.conftest import free_port
 
-    client_class = server.make_http_sync_client("auto")
+    client_class = server.make_http_sync_client("auto", None)
     client = client_class.__new__(client_class)  # TRL's __init__ would wait for the server itself
     client.base_url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     with pytest.raises(ValueError, match="^`vllm_server_base_url`: no vLLM server answered"):
