@@ -5,7 +5,7 @@ Rules that involve two features are conflicts (grpo_hub.config.conflicts).
 
 from __future__ import annotations
 
-from grpo_hub.algos import advantages, importance, loss_types, losses, selection
+from grpo_hub.algos import advantages, importance, loss_types, losses, padding_free, selection
 from grpo_hub.config.validation import check_choice, check_positive
 from grpo_hub.config.vllm_checks import check_sampler_matches_trainer
 from grpo_hub.errors import field_error
@@ -216,3 +216,17 @@ def check_reference_adapter(c) -> None:
         c.sync_ref_model,
         c.ref_adapter_keep,
     )
+
+
+def check_padding_free(c) -> None:
+    """An attention implementation asked for in `model_init_kwargs` must read packed rows (the model itself is checked
+    when the trainer is built: grpo_hub.training.padding_free.check_model)."""
+    kwargs = c.model_init_kwargs if isinstance(c.model_init_kwargs, dict) else {}
+    attention = kwargs.get("attn_implementation")
+    if c.padding_free and attention is not None and attention not in padding_free.ATTENTION:
+        field_error(
+            "padding_free",
+            f"packs rows for {' or '.join(padding_free.ATTENTION)} attention, but `model_init_kwargs` asks for "
+            f"attn_implementation={attention!r}.",
+            f"set padding_free=False, or attn_implementation to one of {padding_free.ATTENTION}.",
+        )

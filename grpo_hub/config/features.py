@@ -21,7 +21,8 @@ ROWS = "rows"  # which rows of a generation batch train, and in which micro-step
 GENERATION = "generation"  # which prompts are generated, or by what engine
 LOSS = "loss"  # the surrogate, its ratio, its KL term, its aggregation or denominator (seam 3)
 REFERENCE = "reference"  # the reference policy's log-probs
-SEAMS = (REWARDS, ADVANTAGES, ROWS, GENERATION, LOSS, REFERENCE)
+FORWARD = "forward"  # how a micro-batch's tokens reach the model (the log-probs are the same)
+SEAMS = (REWARDS, ADVANTAGES, ROWS, GENERATION, LOSS, REFERENCE, FORWARD)
 
 # --- tags: what a feature does that another may contradict (the rules live in conflicts.py) ---
 EDITS_REWARDS = "edits each reward function's rewards before TRL's advantages"
@@ -193,6 +194,15 @@ FEATURES = (
         (ROWS, LOSS),
         {ALL_ROWS_DENOMINATOR: "'all'"},
         page="filtering.md",
+    ),
+    Feature(
+        "padding_free",
+        "padding_free",
+        lambda c: c.padding_free,
+        {"padding_free": True},
+        (FORWARD,),
+        checks=(checks.check_padding_free,),
+        page="padding-free.md",
     ),
     Feature(
         "dynamic_sampling",

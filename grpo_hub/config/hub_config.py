@@ -154,6 +154,19 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
+    # --- Padding-free forwards (grpo_hub/algos/padding_free.py, grpo_hub/training/padding_free.py) ---
+    padding_free: bool = field(
+        default=False,
+        metadata={
+            "help": "Run every policy and reference forward of the trainer over the rows' real tokens only: each "
+            "row's prompt and completion tokens are laid end to end in bins with their own position ids (no pad "
+            "token computed but the bins' short tails), and the log-probs and entropies come back in TRL's padded "
+            "layout, so every loss, filter and metric is unchanged up to fp32 rounding. For text-only decoders with "
+            "rotary position embeddings and sdpa or eager attention (checked when the trainer is built). False: "
+            "TRL's padded forwards."
+        },
+    )
+
     # --- Dynamic sampling (DAPO; grpo_hub/training/dynamic_sampling.py) ---
     dynamic_sampling: bool = field(
         default=False,

@@ -37,6 +37,7 @@ from grpo_hub.training.input_checks import (
 )
 from grpo_hub.training.own_loss import OwnLossSettings, own_loss
 from grpo_hub.training.packing import MicroStepPacker
+from grpo_hub.training.padding_free import PaddingFreeForward, check_model
 from grpo_hub.training.reference import (
     attach_reference_adapter,
     strip_reference_adapter,
@@ -79,6 +80,12 @@ class GRPOHubTrainer(GRPOTrainer):
             datasets={"train_dataset": self.train_dataset}
             | {f"eval_dataset[{k!r}]" if k else "eval_dataset": v for k, v in eval_sets.items()},
         )
+        self._padding_free = None  # packed forwards of the real tokens only (training.padding_free)
+        if args.padding_free:
+            check_model(self.model)
+            if self.ref_model is not None:
+                check_model(self.ref_model, "reference model")
+            self._padding_free = PaddingFreeForward(self._tokenizer.pad_token_id, self.accelerator.autocast)
         self.add_callback(FiniteGradientsCallback())  # weights never become NaN/inf
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
         # TRL scores with these while `_calculate_rewards` runs; `reward_funcs` keeps the user's own functions
@@ -353,11 +360,33 @@ class GRPOHubTrainer(GRPOTrainer):
         return self._buffered_inputs[position]  # the micro-batch TRL picked, without its zero-signal rows
 
     # --- seam 3: the loss ---
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+        compute_aux_loss=False, **multimodal,
+    ):  # fmt: skip
+        """TRL's forward, or with `padding_free` the same outputs from a forward of the real tokens only (every
+        caller: training, scoring, reference, rescoring)."""
+        if self._padding_free is None:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **multimodal,
+            )  # fmt: skip
+        return self._padding_free(
+            model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+            **multimodal,
+        )  # fmt: skip
+
     def _compute_loss(self, model, inputs):
         with loss_time_is.ratio_from_forward(
             self, inputs, self._loss_time_is if self.model.training else None
         ):
-            return self._loss(model, inputs)  # vLLM's IS ratio from its forward, where exact
+            loss = self._loss(model, inputs)  # vLLM's IS ratio from its forward, where exact
+        if self._padding_free is not None:  # the share of the tokens computed since the last micro-step
+            real, pad = self._padding_free.take_counts()
+            self._metrics["train" if self.model.training else "eval"]["padding_free/pad_share"].append(
+                pad / max(real + pad, 1)
+            )
+        return loss
 
     def _loss(self, model, inputs):
         if self.args.uses_own_loss:

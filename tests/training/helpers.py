@@ -19,18 +19,25 @@ BASE = {
 
 
 class StepProbe(TrainerCallback):
-    """Flat gradient at every optimizer step, and the number of forwards that build a graph."""
+    """Flat gradient at every optimizer step, the number of forwards that build a graph, and the tokens of every
+    scoring forward (those given labels: training, TRL's scoring, reference, rescoring; not generation)."""
 
     def __init__(self):
-        self.grads, self.forwards = [], 0
+        self.grads, self.forwards, self.scored_tokens = [], 0, 0
+
+    def count(self, module, args, kwargs):
+        """Forward pre-hook (with_kwargs) of the trained model."""
+        self.forwards += torch.is_grad_enabled()
+        if "labels" in kwargs:
+            self.scored_tokens += kwargs["input_ids"].numel()
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         self.grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]))
 
 
-def run(tmp_path, model_dir, reward=half_signal_reward, **overrides) -> StepProbe:
-    """Train `tiny_config` + BASE + `overrides` on the half-signal data; the probe holds each optimizer step's
-    gradient, the graph-building forwards and the packing logs."""
+def run(tmp_path, model_dir, reward=half_signal_reward, peft_config=None, **overrides) -> StepProbe:
+    """Train `tiny_config` + BASE + `overrides` on the half-signal data (a LoRA adapter with `peft_config`); the probe
+    holds each optimizer step's gradient, the forwards and their tokens, the packing logs and the trainer."""
     args = tiny_config(tmp_path, **{**BASE, **overrides})
     probe = StepProbe()
     trainer = make_trainer(
@@ -40,14 +47,13 @@ def run(tmp_path, model_dir, reward=half_signal_reward, **overrides) -> StepProb
         reward_funcs=[reward],
         dataset=half_signal_dataset(),
         callbacks=[probe],
+        peft_config=peft_config,
     )
 
-    def count(module, args, kwargs):
-        probe.forwards += torch.is_grad_enabled()
-
-    trainer.model.register_forward_pre_hook(count, with_kwargs=True)
+    trainer.model.register_forward_pre_hook(probe.count, with_kwargs=True)
     trainer.train()
     probe.logs = [h for h in trainer.state.log_history if "zero_signal/micro_steps_run" in h]
+    probe.trainer = trainer
     return probe
 
 
@@ -189,6 +195,10 @@ INVALID = [
     (
         "max_staleness",
         {"use_vllm": True, "vllm_mode": "server", "max_staleness": 1, "selective_rollout": True},
+    ),
+    (
+        "padding_free",
+        {"padding_free": True, "model_init_kwargs": {"attn_implementation": "flash_attention_2"}},
     ),
     ("dynamic_sampling_max_rounds", {"dynamic_sampling": True, "dynamic_sampling_max_rounds": -1}),
     ("dynamic_sampling_on_cap", {"dynamic_sampling": True, "dynamic_sampling_on_cap": "skip"}),
