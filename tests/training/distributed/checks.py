@@ -26,3 +26,24 @@ def assert_trained_in_sync(result: dict, steps: int) -> None:
         assert rank["params_finite"], rank
         assert rank["max_param_change"] > 0, "no trainable parameter changed"
     assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"], "the ranks' weights diverged"
+
+
+def padding_free_runs(settings: dict, eos_token_id: int) -> dict:
+    """Hub configs of a padded and a padding-free run: plain SGD (its step is proportional to the gradient, so the
+    weights compare to fp32 rounding) and generation that favours the end token, so completions vary in length."""
+    common = {**settings, "optim": "sgd", "generation_kwargs": {"sequence_bias": [[[eos_token_id], 6.0]]}}
+    return {"padded": common, "padding_free": {**common, "padding_free": True}}
+
+
+def assert_padding_free_matches(padded: dict, packed: dict, steps: int) -> None:
+    """Both trained in sync; the padding-free run's model saw fewer tokens, and its losses, grad norms and weights
+    are the padded run's to fp32 rounding."""
+    assert_trained_in_sync(padded, steps)
+    assert_trained_in_sync(packed, steps)
+    for a, b in zip(padded["ranks"], packed["ranks"], strict=True):
+        assert b["scored_tokens"] < a["scored_tokens"], (a["scored_tokens"], b["scored_tokens"])
+        assert math.isclose(a["param_fingerprint"], b["param_fingerprint"], rel_tol=1e-6)
+        assert math.isclose(a["max_param_change"], b["max_param_change"], rel_tol=1e-3)
+    for a, b in zip(step_logs(padded), step_logs(packed), strict=True):
+        assert math.isclose(a["loss"], b["loss"], rel_tol=1e-4, abs_tol=1e-6), (a["loss"], b["loss"])
+        assert math.isclose(a["grad_norm"], b["grad_norm"], rel_tol=1e-4), (a["grad_norm"], b["grad_norm"])

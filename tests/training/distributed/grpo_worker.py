@@ -110,6 +110,12 @@ def train(args: argparse.Namespace, result_dir: Path) -> None:
     config = build_config(args, str(result_dir / "trainer_output"))
     scored: Counter = Counter()
     trainer = build_trainer(args, config, scored)
+    scored_tokens = [0]  # tokens of every forward given labels (the scoring forwards, not generation)
+
+    def count_tokens(module, inputs, kwargs):
+        scored_tokens[0] += kwargs["input_ids"].numel() if "labels" in kwargs else 0
+
+    trainer.model.register_forward_pre_hook(count_tokens, with_kwargs=True)
     before = trainable_state(trainer.model)
     train_output = trainer.train()
     after = trainable_state(trainer.model)
@@ -123,6 +129,7 @@ def train(args: argparse.Namespace, result_dir: Path) -> None:
         params_finite=all(torch.isfinite(t).all().item() for t in after.values()),
         param_fingerprint=weight_fingerprint(after.values()),
         n_trainable=sum(t.numel() for t in after.values()),
+        scored_tokens=scored_tokens[0],
     )
 
 

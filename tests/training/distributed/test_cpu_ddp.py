@@ -10,9 +10,16 @@ import json
 import math
 
 import pytest
+from transformers import AutoTokenizer
 
+from grpo_hub.tasks import build_tiny_model
 from tests.helpers import step_logs
-from tests.training.distributed.checks import assert_trained_in_sync, assert_two_rank_world
+from tests.training.distributed.checks import (
+    assert_padding_free_matches,
+    assert_trained_in_sync,
+    assert_two_rank_world,
+    padding_free_runs,
+)
 from tests.training.distributed.launch import run_accelerate_runs
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -43,6 +50,11 @@ RUNS = {
         hub_config={"filter_zero_signal": True},
     ),
 }  # fmt: skip
+EOS = AutoTokenizer.from_pretrained(build_tiny_model()).eos_token_id
+for _name, _config in padding_free_runs({}, EOS).items():  # full fine-tuning, 3 steps
+    RUNS[_name] = run_args(
+        "--scenario", "task", "--max-steps", "3", "--learning-rate", "0.1", hub_config=_config
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +97,8 @@ def test_filtered_training_raises_the_task_reward(runs):
     rewards = [entry["reward"] for entry in step_logs(result)]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert math.isfinite(first) and last > first + 0.15, rewards
+
+
+def test_padding_free_matches_the_padded_run_on_two_ranks(runs):
+    assert_two_rank_world(runs["padding_free"], "MULTI_CPU")
+    assert_padding_free_matches(runs["padded"], runs["padding_free"], steps=3)

@@ -10,10 +10,17 @@ The first DeepSpeed launch JIT-builds deepspeed_shm_comm (1-4 min) into $TORCH_E
 import json
 
 import pytest
+from transformers import AutoTokenizer
 
+from grpo_hub.tasks import build_tiny_model
 from tests.conftest import requires
 from tests.helpers import step_logs
-from tests.training.distributed.checks import assert_trained_in_sync, assert_two_rank_world
+from tests.training.distributed.checks import (
+    assert_padding_free_matches,
+    assert_trained_in_sync,
+    assert_two_rank_world,
+    padding_free_runs,
+)
 from tests.training.distributed.launch import run_accelerate_runs
 
 pytestmark = [pytest.mark.distributed, pytest.mark.deepspeed, pytest.mark.slow]
@@ -29,6 +36,7 @@ FULLY_FILTERED = {
 HALF_FLAT = ["--trainer", "hub", "--lora", "--scenario", "half-flat", "--grad-accum", "2"]
 HALF_FLAT += ["--max-steps", "2", "--learning-rate", "5e-2", "--seed", "3"]
 PACK = {"packed": None, "thin": False}
+EOS = AutoTokenizer.from_pretrained(build_tiny_model()).eos_token_id
 
 
 @pytest.fixture(scope="module", params=list(FULLY_FILTERED), ids=["zero2", "zero3"])
@@ -42,6 +50,9 @@ def runs(request) -> dict:
     for name, pack in PACK.items():
         hub_config = json.dumps({"filter_zero_signal": True, "zero_signal_pack": pack})
         runs[name] = [*HALF_FLAT, "--hub-config", hub_config]
+    for name, config in padding_free_runs({}, EOS).items():  # LoRA, 3 steps
+        runs[name] = ["--trainer", "hub", "--lora", "--scenario", "task", "--max-steps", "3", "--learning-rate",
+                      "0.1", "--hub-config", json.dumps(config)]  # fmt: skip
     return run_accelerate_runs(request.param, "grpo_worker.py", runs)
 
 
@@ -80,3 +91,8 @@ def test_packed_filtering_matches_unpacked_under_deepspeed(runs):
     # micro-step vs two 8-row ones) into an update difference of up to ~lr/20, so weights agree to ~1e-5, not 1e-6
     # (ZeRO-3 on one 2-core machine: 990.7721 vs 990.7703).
     assert runs["packed"]["param_fingerprint"] == pytest.approx(runs["thin"]["param_fingerprint"], rel=1e-5)
+
+
+def test_padding_free_matches_the_padded_run_under_deepspeed(runs):
+    assert_two_rank_world(runs["padding_free"], "DEEPSPEED")
+    assert_padding_free_matches(runs["padded"], runs["padding_free"], steps=3)
