@@ -28,6 +28,7 @@ BENCHMARKS = {
     "selective_rollout": ["--quick"],
     "time_to_accuracy": ["--quick"],
     "scoring_forward": ["--quick"],
+    "padding_free": ["--quick"],
 }
 DEVICE_AWARE = ("filtering", "scoring_forward")  # benchmarks whose --device cuda path this runner uses
 

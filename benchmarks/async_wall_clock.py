@@ -49,7 +49,7 @@ from trl import GRPOConfig
 from benchmarks import clocks
 from benchmarks.accuracy_summary import mean_curve
 from benchmarks.common import QUIET_CPU_RUN, print_table
-from benchmarks.time_to_accuracy import chain_trainer, recipe_settings
+from benchmarks.time_to_accuracy import chain_trainer, plain_trl, recipe_settings
 from grpo_hub import GRPOHubConfig
 from grpo_hub.generation import server_auth, server_process
 from grpo_hub.tasks import chain
@@ -269,7 +269,7 @@ def run(name: str, seed: int, budget: float | None, points: int, per_level: int,
     settings = CONFIGS[name]
     if settings is None:
         pin({TRAINER_CORE, SERVER_CORE})
-        args = GRPOConfig(**common)
+        args = GRPOConfig(**plain_trl(common))
     else:
         pin({TRAINER_CORE})
         args = GRPOHubConfig(**common, **SERVER_FIELDS, vllm_server_base_url=server_url, **settings)

@@ -159,17 +159,18 @@ class StepTimer(TrainerCallback):
     training   = that minus the time spent in `_prepare_inputs`, i.e. without generation, reward scoring,
                  old/ref log-probs and grpo_hub's row dropping.
     CPU time (`time.process_time`, torch on one thread) is what a shared, overloaded machine disturbs least:
-    wall time also counts the slices the scheduler gives to other processes.
+    wall time also counts the slices the scheduler gives to other processes. `clock` replaces it (e.g.
+    `time.perf_counter` for wall time with several threads, where CPU time adds the threads up).
     Torch is also reseeded before every generation, so every trainer samples the same completions although
     their RNG use differs in between (TRL shuffles fewer rows after filtering).
     """
 
-    def __init__(self, trainer, device: str = "cpu"):
+    def __init__(self, trainer, device: str = "cpu", clock=None):
         self.train, self.total = 0.0, 0.0
         self.micro_steps, self.rows, self.peak_bytes = 0, 0, 0
         self._started, self._in_prepare, self._generations = 0.0, 0.0, 0
         self._device = device
-        self.clock = time.process_time if device == "cpu" else _synchronized_wall_clock
+        self.clock = clock or (time.process_time if device == "cpu" else _synchronized_wall_clock)
         prepare, score = trainer._prepare_inputs, trainer._generate_and_score_completions
 
         def count_training_forward(module, args, kwargs):
@@ -225,15 +226,21 @@ def _synchronized_wall_clock() -> float:
 
 
 def interleaved_times(
-    trainers: dict, reps: int, device: str = "cpu", work: dict | None = None, peaks: dict | None = None
+    trainers: dict,
+    reps: int,
+    device: str = "cpu",
+    work: dict | None = None,
+    peaks: dict | None = None,
+    clock=None,
 ) -> dict[str, list[tuple[float, float]]]:
     """Run `trainer.train()` once for warm-up, then `reps` interleaved times; {name: [(train s, total s)]}.
 
     The order of the trainers is rotated every repetition, so no trainer always runs first or last. CPU:
     process CPU time; CUDA: wall time with `torch.cuda.synchronize`. When given, `work` receives {name:
-    (training micro-steps, rows trained)} of one repetition and `peaks` {name: peak CUDA bytes allocated}.
+    (training micro-steps, rows trained)} of one repetition and `peaks` {name: peak CUDA bytes allocated}. `clock`:
+    `StepTimer`'s.
     """
-    timers = {name: StepTimer(trainer, device) for name, trainer in trainers.items()}
+    timers = {name: StepTimer(trainer, device, clock) for name, trainer in trainers.items()}
     for name, trainer in trainers.items():
         trainer.train()
         timers[name].take()  # warm-up, discarded

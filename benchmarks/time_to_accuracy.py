@@ -25,6 +25,7 @@ needed there, so one process may run any configuration alone (`--configs preset 
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import tempfile
@@ -71,6 +72,15 @@ CONFIGS = {
 LORA_KEYS = {"lora_r": "r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout"}
 STEP_FREE_SCHEDULES = ("constant", "constant_with_warmup")  # schedules a time budget leaves unchanged
 RECIPE_ONLY = {"task", "use_peft", "lora_target_modules", "logging_steps", "output_dir"}
+GRPO_HUB_FIELDS = {f.name for f in dataclasses.fields(GRPOHubConfig)} - {
+    f.name for f in dataclasses.fields(GRPOConfig)
+}
+
+
+def plain_trl(fields: dict) -> dict:
+    """`fields` without the settings grpo_hub adds: what plain TRL's `GRPOConfig` runs of a recipe (a recipe's
+    grpo_hub features, e.g. padding_free, are grpo_hub's)."""
+    return {k: v for k, v in fields.items() if k not in GRPO_HUB_FIELDS}
 
 
 def recipe_settings(path: str) -> tuple[dict, LoraConfig | None]:
@@ -236,7 +246,7 @@ def run(
         "max_steps": 100_000,  # the budget stops training (the schedule does not depend on it: check_schedule)
         "seed": seed,
     }
-    args = GRPOConfig(**common) if extra is None else GRPOHubConfig(**common, **extra)
+    args = GRPOConfig(**plain_trl(common)) if extra is None else GRPOHubConfig(**common, **extra)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     clock = time.process_time if device == "cpu" else synchronized_wall_clock
     meter = Meter(tokenizer, budget, points, args.num_generations, per_level, costs, clock)

@@ -1,6 +1,6 @@
 """The end-of-run summary a recipe prints and writes to `<output_dir>/run_summary.json`: steps, world size, the
-mean reward of the first vs last logged steps, the zero-signal group shares, times, where the model was saved, and
-for a scored task the held-out accuracy before -> after."""
+mean reward of the first vs last logged steps, the zero-signal group shares and padding-free's pad share, times, where
+the model was saved, and for a scored task the held-out accuracy before -> after."""
 
 from __future__ import annotations
 
@@ -12,20 +12,21 @@ from transformers import TrainerCallback
 from grpo_hub.records.run_record import RUN_SUMMARY
 
 SUMMARY_WINDOW = 5  # steps averaged at each end of the reward history
-ZERO_SIGNAL_KINDS = ("zero_signal/frac_groups_all_max", "zero_signal/frac_groups_all_min")
+# logged shares averaged into the summary as mean_<last part of the key>, when logged
+SHARES = ("zero_signal/frac_groups_all_max", "zero_signal/frac_groups_all_min", "padding_free/pad_share")
 
 
 class RewardHistory(TrainerCallback):
-    """Record the mean reward (and the zero-signal group shares) logged at every logging step (all ranks)."""
+    """Record the mean reward (and the logged `SHARES`) at every logging step (all ranks)."""
 
     def __init__(self):
         self.rewards: list[float] = []
-        self.zero_signal: dict[str, list[float]] = {key: [] for key in ZERO_SIGNAL_KINDS}
+        self.shares: dict[str, list[float]] = {key: [] for key in SHARES}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "reward" in logs:
             self.rewards.append(float(logs["reward"]))
-            for key, values in self.zero_signal.items():
+            for key, values in self.shares.items():
                 if key in logs:
                     values.append(float(logs[key]))
 
@@ -58,7 +59,7 @@ def summarize(
         "rewards": [round(r, 4) for r in history.rewards],
         **{
             f"mean_{key.split('/')[-1]}": round(sum(values) / len(values), 4)
-            for key, values in history.zero_signal.items()
+            for key, values in history.shares.items()
             if values
         },
         "train_seconds": round(train_output.metrics["train_runtime"], 1),

@@ -56,6 +56,9 @@ def test_default_run_learns_the_chain_task_and_saves_the_adapter(tmp_path):
     summary, out = launch(tmp_path)
     assert summary["task"] == "chain" and summary["peft"] is True
     assert summary["steps"] == 200 and summary["world_size"] == 1 and len(summary["rewards"]) == 200
+    assert summary["mean_pad_share"] < 0.03, (
+        summary
+    )  # chain.yaml turns padding_free on (TRL's forwards: ~1/3)
     before, after = summary["heldout_before"]["greedy"]["all"], summary["heldout_after"]["greedy"]["all"]
     assert after >= before + 0.06, summary
     assert (

@@ -21,7 +21,12 @@ import torch
 from grpo_hub.training.distributed import gathered
 from tests.helpers import tiny_config
 from tests.training.distributed.scenarios import SCENARIOS, build_dataset, build_rewards
-from tests.training.distributed.worker_common import run_each, weight_fingerprint, write_rank_result
+from tests.training.distributed.worker_common import (
+    count_scored_tokens,
+    run_each,
+    weight_fingerprint,
+    write_rank_result,
+)
 
 NUM_GENERATIONS = 4
 PROMPTS_PER_RANK = 2
@@ -110,12 +115,7 @@ def train(args: argparse.Namespace, result_dir: Path) -> None:
     config = build_config(args, str(result_dir / "trainer_output"))
     scored: Counter = Counter()
     trainer = build_trainer(args, config, scored)
-    scored_tokens = [0]  # tokens of every forward given labels (the scoring forwards, not generation)
-
-    def count_tokens(module, inputs, kwargs):
-        scored_tokens[0] += kwargs["input_ids"].numel() if "labels" in kwargs else 0
-
-    trainer.model.register_forward_pre_hook(count_tokens, with_kwargs=True)
+    scored_tokens = count_scored_tokens(trainer.model)
     before = trainable_state(trainer.model)
     train_output = trainer.train()
     after = trainable_state(trainer.model)
@@ -130,6 +130,7 @@ def train(args: argparse.Namespace, result_dir: Path) -> None:
         param_fingerprint=weight_fingerprint(after.values()),
         n_trainable=sum(t.numel() for t in after.values()),
         scored_tokens=scored_tokens[0],
+        packed_forwards=scored_tokens[1],
     )
 
 

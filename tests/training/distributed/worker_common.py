@@ -56,6 +56,21 @@ def weight_fingerprint(tensors: Iterable[torch.Tensor]) -> float:
     return sum(t.detach().double().abs().sum().item() for t in tensors)
 
 
+def count_scored_tokens(model) -> list[int]:
+    """[tokens, packed forwards] of every forward of `model` given labels (the scoring forwards: training, TRL's
+    scoring, reference; not generation): the tokens it received, and how many of those forwards received packed rows
+    (position ids: TRL's padded forward passes none), kept up to date by a forward pre-hook."""
+    count = [0, 0]
+
+    def hook(module, args, kwargs):
+        if "labels" in kwargs:
+            count[0] += kwargs["input_ids"].numel()
+            count[1] += kwargs.get("position_ids") is not None
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+    return count
+
+
 def rank_result(trainer, /, **fields) -> dict:
     """This rank's result after `trainer.train()`: rank, world size, backend, accelerate distributed type,
     global step and log history, then the worker's own `fields`."""

@@ -9,7 +9,8 @@ per run with the log history, the world size, the engine dtype and a checksum of
 A run's JSON holds GRPOHubConfig overrides, plus `lora_r`: train a LoRA adapter of this rank (absent: full model),
 `probe`: record the engine against the trainer after every weight sync (sync_probe.py; "compare_merged": the
 same weights merged, too), and `trl_path` (is_path_probe.py). Every run also records the IS path line, its scoring
-forwards and IS metric values per step (is_path_probe.py), and saves its trainable weights to `<name>/weights<k>.pt`.
+forwards and IS metric values per step (is_path_probe.py), the tokens of its scoring forwards (and how many got packed
+rows), and saves its trainable weights to `<name>/weights<k>.pt`.
 The vLLM environment's python imports `tests....` through PYTHONPATH (engine.vllm_env: the repository root).
 """
 
@@ -23,7 +24,11 @@ import torch
 from grpo_hub import GRPOHubTrainer
 from grpo_hub.tasks import SMOKE_TASK, build_tiny_model, get_reward_funcs, load_task_dataset
 from tests.helpers import tiny_config
-from tests.training.distributed.worker_common import weight_fingerprint, write_rank_result
+from tests.training.distributed.worker_common import (
+    count_scored_tokens,
+    weight_fingerprint,
+    write_rank_result,
+)
 from tests.training.vllm import is_path_probe
 from tests.training.vllm.sync_probe import install_probe
 
@@ -50,6 +55,11 @@ def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
     lora_r = overrides.pop("lora_r", 0)
     probe = overrides.pop("probe", False)
     trl_path = overrides.pop("trl_path", False)
+    dataset = load_task_dataset(SMOKE_TASK, n=32, seed=0)
+    if overrides.pop("varied_prompts", False):  # 0-3 words before each prompt: TRL left-pads the shorter ones
+        dataset = dataset.map(
+            lambda row, i: {"prompt": "please " * (i % 4) + row["prompt"]}, with_indices=True
+        )
     args = tiny_config(run_dir / "out", **{**BASE_CONFIG, **overrides})
     peft_config = None
     if lora_r:
@@ -66,6 +76,7 @@ def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
             train_dataset=load_task_dataset(SMOKE_TASK, n=32, seed=0),
         )
     forwards, per_step = is_path_probe.install(trainer, trl_path)
+    scored_tokens = count_scored_tokens(trainer.model)
     record = install_probe(trainer, compare_merged=probe == "compare_merged") if probe else None
     if probe:  # the probe's own no-grad forwards are no scoring forwards
         forwards.pause_during(trainer.vllm_generation, "sync_weights")
@@ -81,6 +92,8 @@ def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
         threads=torch.get_num_threads(),
         probe=record,
         weights_file=str(weights_file),
+        scored_tokens=scored_tokens[0],
+        packed_forwards=scored_tokens[1],
         **is_path_probe.fields(path_lines, forwards, per_step),
     )
 

@@ -16,13 +16,20 @@ DYNAMIC = {
 }
 # LoRA runs probed after every weight sync (sync_probe.py): TRL's merged sync vs vllm_adapter_sync, same seed.
 ADAPTER = {"lora_r": 16, "probe": True, "learning_rate": LEARNING_RATE, "max_steps": 3}
-AGILERL = {"vllm_is_preset": "agilerl", "learning_rate": LEARNING_RATE, "max_steps": 3}
+# prompts of varied length (colocate_worker.py), which TRL pads: padding_free has tokens to leave out
+AGILERL = {
+    "vllm_is_preset": "agilerl",
+    "learning_rate": LEARNING_RATE,
+    "max_steps": 3,
+    "varied_prompts": True,
+}
 ONE_RANK_RUNS = {
     "agilerl": AGILERL,
     "agilerl_trl": {
         **AGILERL,
         "trl_path": True,
     },  # TRL's scoring forward: the baseline of test_vllm_colocate.py
+    "agilerl_padding_free": {**AGILERL, "padding_free": True},
     "uncorrected": {
         "vllm_importance_sampling_correction": False,
         "learning_rate": LEARNING_RATE,

@@ -28,7 +28,7 @@ from grpo_hub.generation.server_process import healthy
 from grpo_hub.tasks import get_reward_funcs, load_task_dataset
 from grpo_hub.tasks.chain_model import chain_model_path
 from tests.helpers import tiny_config
-from tests.training.distributed.worker_common import write_rank_result
+from tests.training.distributed.worker_common import count_scored_tokens, write_rank_result
 from tests.training.vllm import is_path_probe
 from tests.training.vllm.sync_probe import fixed_sequences, trainer_logps
 
@@ -149,6 +149,7 @@ def train(
             train_dataset=load_task_dataset("chain", n=64, seed=0),
         )
     forwards, per_step = is_path_probe.install(trainer, trl_path)
+    scored_tokens = count_scored_tokens(trainer.model)
     record = install_probe(trainer)
     # the probe's forwards (after each sync) are no scoring forwards
     forwards.pause_during(trainer.vllm_generation, "sync_weights")
@@ -162,6 +163,8 @@ def train(
         run_dir,
         probe=record,
         syncs=trainer.vllm_generation.grpo_hub_sync.syncs,
+        scored_tokens=scored_tokens[0],
+        packed_forwards=scored_tokens[1],
         **is_path_probe.fields(path_lines, forwards, per_step),
     )
 

@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import step_logs
 from tests.training.vllm.is_path_probe import check_is_path
+from tests.training.vllm.rollout_match import LOGP_ROUNDING, assert_same_step, same_rollouts
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -129,3 +130,19 @@ def test_the_loss_time_ratio_trains_as_trls_scoring_forward(agilerl_run, one_ran
     assert ours.keys() == theirs.keys() and ours
     for name, weight in ours.items():
         torch.testing.assert_close(weight, theirs[name], rtol=0, atol=1e-5, msg=name)
+
+
+def test_padding_free_takes_the_is_ratio_from_its_forward_and_trains_as_the_padded_run(
+    agilerl_run, one_rank_runs
+):
+    """Same seed, same engine: every training forward of the padding-free run gets packed rows, and no scoring forward
+    runs; its first step (same weights, so the same rollouts) logs the padded run's
+    loss and IS metrics to fp32 rounding (LOGP_ROUNDING absolute: they are differences of log-probs). Later steps are
+    not compared: Adam turns the rounding of near-zero gradients into steps of about the learning rate."""
+    packed = one_rank_runs["agilerl_padding_free"][0]
+    assert packed["packed_forwards"] == len(step_logs(packed)) and agilerl_run["packed_forwards"] == 0
+    assert packed["scored_tokens"] <= agilerl_run["scored_tokens"]
+    check_is_path(packed, loss_time=True)
+    first, baseline = step_logs(packed)[0], step_logs(agilerl_run)[0]
+    assert same_rollouts(first, baseline)
+    assert_same_step(first, baseline, loss_abs=1e-5, rel=1e-4, metric_abs=LOGP_ROUNDING)

@@ -8,6 +8,7 @@ import pytest
 
 from tests.helpers import step_logs
 from tests.training.vllm.is_path_probe import check_is_path
+from tests.training.vllm.rollout_match import LOGP_ROUNDING, assert_same_step, matched_steps, same_rollouts
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -26,6 +27,7 @@ ONE_RANK_RUNS = {
     "auto_lora": LORA,  # 'auto' on a CPU server: merged
     "async": {**ASYNC, **SEEDED, "save_strategy": "steps", "save_steps": 2},
     "async_trl": {**ASYNC, **SEEDED, "trl_path": True},
+    "async_padding_free": {**ASYNC, **SEEDED, "padding_free": True},
     "async_resumed": {**ASYNC, "resume_from": "async/out/checkpoint-2"},
     "async_adapter": {**ASYNC, "vllm_server_sync": "adapter", "max_staleness": 2},
     "async_dynamic": {
@@ -184,21 +186,27 @@ def test_the_loss_time_ratio_trains_as_trls_scoring_forward_while_rollouts_match
     served log-probs were bit-identical. A server batch can hold the probe's request beside a generation (async), and
     fp32 batch variance may flip a sampled token: from the first step whose rollouts differ, the runs diverge and the
     comparison stops there; the first step (same initial weights, nothing concurrent) must match."""
-    ours, theirs = step_logs(runs[name][0]), step_logs(runs[f"{name}_trl"][0])
-    matched = 0
-    for mine, baseline in zip(ours, theirs, strict=True):
-        if (mine["reward"], mine["completions/mean_length"]) != (
-            baseline["reward"],
-            baseline["completions/mean_length"],
-        ):
-            break
-        assert mine["loss"] == pytest.approx(baseline["loss"], abs=1e-6)
-        for key in (k for k in baseline if k.startswith(("sampling/", "vllm_is/"))):
-            assert mine[key] == pytest.approx(baseline[key], rel=1e-5, abs=1e-7), key
-        matched += 1
+    matched = matched_steps(
+        step_logs(runs[name][0]), step_logs(runs[f"{name}_trl"][0]), loss_abs=1e-6, rel=1e-5
+    )
     assert matched >= 1, "the first seeded batch differs: the server did not sample reproducibly"
     # sync j precedes the generation of step j + 1: the weights after step j, equal while step j + 1's rollouts match
     served = [probe(runs, run)["served_logps"][:matched] for run in (name, f"{name}_trl")]
     for mine, baseline in zip(*served, strict=True):
         for row, base_row in zip(mine, baseline, strict=True):
             assert row == pytest.approx(base_row, abs=1e-4)
+
+
+def test_padding_free_takes_the_is_ratio_from_its_forward_and_trains_as_the_padded_run(runs):
+    """Asynchronous, one step stale, seeded: the padding-free run computes fewer tokens and runs no scoring forward;
+    its first step (same weights, same seeded requests: the same rollouts) logs the padded run's loss and IS metrics to
+    fp32 rounding (the IS metrics are differences of trainer and sampler log-probs, ~1e-5 on the fp32 server: they
+    move by the trainer's rounding, LOGP_ROUNDING absolute). Later steps are not compared: Adam turns the rounding of
+    near-zero gradients into steps of about the learning rate in either direction."""
+    packed, padded = runs["async_padding_free"][0], runs["async"][0]
+    assert packed["scored_tokens"] < padded["scored_tokens"]
+    assert packed["packed_forwards"] > 0 and padded["packed_forwards"] == 0
+    check_is_path(packed, loss_time=True)
+    first, baseline = step_logs(packed)[0], step_logs(padded)[0]
+    assert same_rollouts(first, baseline)
+    assert_same_step(first, baseline, loss_abs=1e-5, rel=1e-4, metric_abs=LOGP_ROUNDING)
