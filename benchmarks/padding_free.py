@@ -3,9 +3,10 @@ tokens it computes, and the activations it keeps for the backward.
 
 main job   the LoRA main job (`recipes/configs/chain.yaml`: the shipped chain model, 8 problems x 8 completions of up
            to 48 tokens, one 64-row micro-batch), `GRPOHubTrainer` with padding_free off and on, learning rate 0 (the
-           same rollouts: torch is reseeded before each generation), interleaved repetitions of one step each. Train
-           part = the step minus `_prepare_inputs` (generation, rewards): forward, backward, optimizer step. One thread
-           pinned to one core (process CPU time), or `--threads 2` (wall time: CPU time adds the threads up).
+           same rollouts: torch is reseeded before each generation, with a new seed each repetition), interleaved
+           repetitions of one step each. Train part = the step minus `_prepare_inputs` (generation, rewards):
+           forward, backward, optimizer step. One thread pinned to one core (process CPU time), or `--threads 2` (wall
+           time: CPU time adds the threads up).
 long tail  one micro-batch at the Qwen2.5-0.5B layer shape (hidden 896, 14 / 2 heads, MLP 4,864, LoRA r 16 on every
            linear layer) at a reduced size (`--layers`, vocabulary 32,768: the CPU's), random weights: `--rows` rows,
            prompts of 32-96 tokens, completions of up to `--max-completion` tokens drawn from Beta(1.2, 1.8) (mean 40 %
@@ -44,11 +45,12 @@ MIB = 2**20
 
 
 class Work:
-    """Tokens of every graph-building forward of `model` (inputs given labels: the scoring forwards), the real ones
-    (mask 1) when the caller says, and the bytes autograd saves for the backward."""
+    """Tokens of every graph-building forward of `model` (inputs given labels: the scoring forwards), and the bytes of
+    the activations autograd saves for the backward (the model's own parameters, saved by reference, left out)."""
 
     def __init__(self, model):
         self.tokens = self.forwards = self.saved = self.peak_saved = 0
+        self.parameters = {p.data_ptr() for p in model.parameters()}
         model.register_forward_pre_hook(self.count, with_kwargs=True)
 
     def count(self, module, args, kwargs):
@@ -57,10 +59,11 @@ class Work:
             self.forwards += 1
 
     def saving(self):
-        """Context: sum the bytes of the tensors autograd saves (its packed views counted once)."""
+        """Context: sum the bytes of the tensors autograd saves (a tensor saved twice counts twice)."""
 
         def pack(tensor):
-            self.saved += tensor.numel() * tensor.element_size()
+            if tensor.data_ptr() not in self.parameters:
+                self.saved += tensor.numel() * tensor.element_size()
             self.peak_saved = max(self.peak_saved, self.saved)
             return tensor
 
@@ -86,6 +89,14 @@ def main_job_trainer(padding_free: bool):
         peft_config=lora,
     )
     trainer.remove_callback(PrinterCallback)
+    score, drawn = trainer._generate_and_score_completions, [0]
+
+    def reseeded(*args, **kwargs):  # a new batch every repetition, the same for both configurations
+        drawn[0] += 1
+        torch.manual_seed(1000 + drawn[0])
+        return score(*args, **kwargs)
+
+    trainer._generate_and_score_completions = reseeded
     return trainer
 
 

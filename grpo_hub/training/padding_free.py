@@ -21,10 +21,11 @@ from grpo_hub.errors import field_error
 
 # Bins of about max(BIN_TOKENS, 2 x the longest row) tokens (algos.padding_free.bin_count). Measured on the main
 # job's batch (chain model, 64 rows of 13 + 22 tokens on average, longest 55; fwd + bwd, LoRA, sdpa; median of 10,
-# one thread / two threads): bins of 128 tokens take 0.64x / 0.65x of the padded forward with 1.3 % padding (96: 0.68x
-# / 0.66x, 4.1 %; 192: 0.74x / 0.68x, 0.5 %; 256: 0.64x / 0.68x); one row of all 2,256 tokens 1.9x (attention is
-# quadratic in a bin, and its mask is materialised).
-BIN_TOKENS = 128
+# one thread / two threads): bins of 96-256 tokens take 0.64-0.74x / 0.65-0.68x of the padded forward, with no
+# consistent order among them; one row of all 2,256 tokens 1.9x (attention is quadratic in a bin, and its mask is
+# materialised). 192 leaves the least padding: 0.5 % there (128: 1.3 %), and in the main job's 200 steps, where rows
+# grow to ~60 tokens and bins of 128 hold two of them, 128 left 2.9 %.
+BIN_TOKENS = 192
 
 
 def check_model(model, role: str = "model") -> None:
