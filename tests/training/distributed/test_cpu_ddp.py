@@ -51,9 +51,12 @@ RUNS = {
     ),
 }  # fmt: skip
 EOS = AutoTokenizer.from_pretrained(build_tiny_model()).eos_token_id
-for _name, _config in padding_free_runs({}, EOS).items():  # full fine-tuning, 3 steps
+for _name, _config in padding_free_runs({}, EOS).items():  # full fine-tuning and LoRA, 3 steps each
     RUNS[_name] = run_args(
         "--scenario", "task", "--max-steps", "3", "--learning-rate", "0.1", hub_config=_config
+    )
+    RUNS[f"{_name}_lora"] = run_args(
+        "--lora", "--scenario", "task", "--max-steps", "3", "--learning-rate", "0.1", hub_config=_config
     )
 
 
@@ -99,6 +102,7 @@ def test_filtered_training_raises_the_task_reward(runs):
     assert math.isfinite(first) and last > first + 0.15, rewards
 
 
-def test_padding_free_matches_the_padded_run_on_two_ranks(runs):
-    assert_two_rank_world(runs["padding_free"], "MULTI_CPU")
-    assert_padding_free_matches(runs["padded"], runs["padding_free"], steps=3)
+@pytest.mark.parametrize("suffix", ["", "_lora"], ids=["full", "lora"])
+def test_padding_free_matches_the_padded_run_on_two_ranks(runs, suffix):
+    assert_two_rank_world(runs[f"padding_free{suffix}"], "MULTI_CPU")
+    assert_padding_free_matches(runs[f"padded{suffix}"], runs[f"padding_free{suffix}"], steps=3)

@@ -50,9 +50,10 @@ def runs(request) -> dict:
     for name, pack in PACK.items():
         hub_config = json.dumps({"filter_zero_signal": True, "zero_signal_pack": pack})
         runs[name] = [*HALF_FLAT, "--hub-config", hub_config]
-    for name, config in padding_free_runs({}, EOS).items():  # LoRA, 3 steps
-        runs[name] = ["--trainer", "hub", "--lora", "--scenario", "task", "--max-steps", "3", "--learning-rate",
-                      "0.1", "--hub-config", json.dumps(config)]  # fmt: skip
+    for name, config in padding_free_runs({}, EOS).items():  # LoRA and full fine-tuning, 3 steps each
+        pf_run = ["--trainer", "hub", "--scenario", "task", "--max-steps", "3", "--learning-rate", "0.1",
+                  "--hub-config", json.dumps(config)]  # fmt: skip
+        runs[name], runs[f"{name}_full"] = [*pf_run, "--lora"], pf_run
     return run_accelerate_runs(request.param, "grpo_worker.py", runs)
 
 
@@ -93,6 +94,7 @@ def test_packed_filtering_matches_unpacked_under_deepspeed(runs):
     assert runs["packed"]["param_fingerprint"] == pytest.approx(runs["thin"]["param_fingerprint"], rel=1e-5)
 
 
-def test_padding_free_matches_the_padded_run_under_deepspeed(runs):
-    assert_two_rank_world(runs["padding_free"], "DEEPSPEED")
-    assert_padding_free_matches(runs["padded"], runs["padding_free"], steps=3)
+@pytest.mark.parametrize("suffix", ["", "_full"], ids=["lora", "full"])
+def test_padding_free_matches_the_padded_run_under_deepspeed(runs, suffix):
+    assert_two_rank_world(runs[f"padding_free{suffix}"], "DEEPSPEED")
+    assert_padding_free_matches(runs[f"padded{suffix}"], runs[f"padding_free{suffix}"], steps=3)
