@@ -9,6 +9,7 @@ recipe's parser (the checks precede any model or dataset load, so this is what t
 """
 
 import argparse
+import json
 import math
 import re
 import subprocess
@@ -127,7 +128,13 @@ def invalid_settings() -> list[Case]:
     for name, kwargs in INVALID:
         tokens = []
         for key, value in kwargs.items():
-            tokens += [f"--{key}", "nan" if isinstance(value, float) and math.isnan(value) else str(value)]
+            if isinstance(value, dict):  # a JSON object on the command line
+                tokens += [f"--{key}", json.dumps(value)]
+            else:
+                tokens += [
+                    f"--{key}",
+                    "nan" if isinstance(value, float) and math.isnan(value) else str(value),
+                ]
         cases.append(Case(name, f"invalid {kwargs}", tuple(tokens)))
     return cases
 
