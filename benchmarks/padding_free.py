@@ -26,17 +26,17 @@ import statistics
 import tempfile
 import time
 from contextlib import nullcontext
+from types import SimpleNamespace
 
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, Qwen2Config
+from transformers import AutoModelForCausalLM, Qwen2Config
 from trl.trainer.utils import add_fused_lm_head
 
 from benchmarks.common import QUIET_CPU_RUN, QWEN25_05B_CONFIG, interleaved_times, print_table, ratio_spread
-from benchmarks.time_to_accuracy import recipe_settings
-from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from benchmarks.time_to_accuracy import chain_trainer, recipe_settings
+from grpo_hub import GRPOHubConfig
 from grpo_hub.tasks import chain
-from grpo_hub.tasks.chain_model import chain_model_path
 from grpo_hub.training.padding_free import PaddingFreeForward
 
 RECIPE = "recipes/configs/chain.yaml"
@@ -76,19 +76,10 @@ class Work:
 def main_job_trainer(padding_free: bool):
     fields, lora = recipe_settings(RECIPE)
     prompts = fields.pop("num_prompts")
-    fields.pop("padding_free", None)
     args = GRPOHubConfig(**{**fields, **QUIET_CPU_RUN, "output_dir": tempfile.mkdtemp(), "learning_rate": 0.0,
                             "max_steps": 1, "padding_free": padding_free})  # fmt: skip
-    model_dir = chain_model_path()
-    trainer = GRPOHubTrainer(
-        model=AutoModelForCausalLM.from_pretrained(model_dir),
-        reward_funcs=[chain.chain_correctness_reward],
-        args=args,
-        train_dataset=chain.load_chain("train", n=prompts, seed=0),
-        processing_class=AutoTokenizer.from_pretrained(model_dir),
-        peft_config=lora,
-    )
-    trainer.remove_callback(PrinterCallback)
+    scorer = SimpleNamespace(reward=chain.chain_correctness_reward, attach=lambda trainer: None)  # no meter
+    trainer = chain_trainer(args, scorer, lora, prompts, seed=0)
     score, drawn = trainer._generate_and_score_completions, [0]
 
     def reseeded(*args, **kwargs):  # a new batch every repetition, the same for both configurations

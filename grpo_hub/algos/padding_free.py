@@ -98,14 +98,15 @@ def pack_rows(
     rows, length = input_ids.shape
     mask = attention_mask.bool()
     lengths = mask.sum(dim=1)
-    bins = balanced_bins(lengths.tolist(), bin_count(lengths.tolist(), bin_tokens))
+    row_lengths = lengths.tolist()
+    bins = balanced_bins(row_lengths, bin_count(row_lengths, bin_tokens))
     width = max((int(lengths[b].sum()) for b in bins), default=1)
     bin_of = torch.zeros(rows, dtype=torch.long)
     offset = torch.zeros(rows, dtype=torch.long)
     for number, members in enumerate(bins):
         bin_of[members] = number
-        starts = torch.cumsum(lengths[members].cpu(), 0) - lengths[members].cpu()
-        offset[members] = starts
+        member_lengths = lengths[members].cpu()
+        offset[members] = torch.cumsum(member_lengths, 0) - member_lengths
     device = input_ids.device
     bin_of, offset = bin_of.to(device), offset.to(device)
     row, column = mask.nonzero(as_tuple=True)
