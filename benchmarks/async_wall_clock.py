@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import math
 import os
 import socket
 import statistics
@@ -65,6 +66,14 @@ CONFIGS = {
     "server-async+filter": {"max_staleness": 1, "filter_zero_signal": True},
     "server-async (scoring forward)": {"max_staleness": 1},
     "server-async+filter (scoring forward)": {"max_staleness": 1, "filter_zero_signal": True},
+    # staleness, filtering and filtering's normaliser apart: filtering without staleness; async + filtering with
+    # the unfiltered batch's denominator (TRL's gradient exactly) instead of the kept rows' (DAPO)
+    "server-sync+filter": {"max_staleness": 0, "filter_zero_signal": True},
+    "server-async+filter (normaliser all)": {
+        "max_staleness": 1,
+        "filter_zero_signal": True,
+        "zero_signal_normalizer": "all",
+    },
 }
 SCORING_FORWARD = " (scoring forward)"  # the suffix of the configurations that keep TRL's scoring forward
 SERVER_FIELDS = {
@@ -77,6 +86,14 @@ SERVER_CORE, TRAINER_CORE = 1, 0
 # --gpu-share default: plain TRL's generation share of a GPU step (H100, ../shared/DESIGN.md)
 GPU_SHARE = clocks.GPU_GENERATION_SHARE
 STEP_MARKS = (50, 100, 150, 200)  # optimizer steps at which the report compares accuracy per step
+# per-step logged diagnostics a run stores: name -> the trainer's metric (a tuple: the first one logged)
+DIAGNOSTICS = {
+    "staleness": ("async/staleness",),
+    "is_weight_mean": ("sampling/importance_sampling_ratio/mean",),
+    "is_share_outside": ("vllm_is/frac_truncated", "vllm_is/frac_masked"),
+    "is_ess": ("vllm_is/ess",),
+    "is_kl_k3": ("vllm_is/kl_k3",),
+}
 
 
 def pin(cores: set[int]) -> None:
@@ -124,7 +141,7 @@ class Meter(TrainerCallback):
     def __init__(self, tokenizer, marks: list[float], unit: str, per_level: int):
         self.tokenizer, self.marks, self.unit, self.per_level = tokenizer, marks, unit, per_level
         self.timers, self.engine_seconds = Timers(), 0.0
-        self.points, self.staleness, self.logged_wait = [], [], []
+        self.points, self.staleness, self.logged_wait, self.diagnostics = [], [], [], []
         self.tokens = self.trained_rows = 0
         self.trainer, self._start, self._paused = None, 0.0, 0.0
 
@@ -210,12 +227,21 @@ class Meter(TrainerCallback):
         control.should_training_stop = control.should_training_stop or not self.marks
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if "async/staleness" in (logs or {}):
+        logs = logs or {}
+        if "async/staleness" in logs:
             self.staleness.append(logs["async/staleness"])
             self.logged_wait.append(logs["async/wait_seconds"])
+        found = {}
+        for name, keys in DIAGNOSTICS.items():
+            key = next((k for k in keys if k in logs), None)
+            if key is not None:
+                found[name] = logs[key]
+        if found:
+            self.diagnostics.append({"step": state.global_step, **found})
 
-    def record(self, name: str, seed: int, budget: float | None) -> dict:
-        """The run: its evaluation points, budget, work, and seconds per optimizer step of each part."""
+    def record(self, name: str, seed: int, budget: float | None, schedule: str) -> dict:
+        """The run: its evaluation points, budget, schedule ("steps": the recipe's 200; "time": its own length, set
+        for the budget), work, per-step diagnostics, and seconds per optimizer step of each part."""
         seconds, last = self.timers.seconds, self.points[-1]
         steps, wall = max(last["optimizer_steps"], 1), last["time"]
         blocked = seconds["generate"] + seconds["wait"]  # the trainer idle, waiting for generation
@@ -225,6 +251,8 @@ class Meter(TrainerCallback):
         return {
             "config": name,
             "seed": seed,
+            "schedule": schedule,
+            "max_steps": self.trainer.args.max_steps,
             "budget": wall if budget is None else budget,
             "points": self.points,
             "wall": wall,
@@ -235,6 +263,7 @@ class Meter(TrainerCallback):
             "mean_logged_wait": statistics.fmean(self.logged_wait) if self.logged_wait else None,
             "syncs": sync.syncs if sync else 0,
             "bytes_per_sync": sync.bytes_last_sync if sync else 0,
+            "diagnostics": self.diagnostics,
             "per_step": {
                 "generation": engine / steps,
                 "blocked": blocked / steps,
@@ -261,10 +290,21 @@ def local_server(port: int, log_dir: str) -> server_process.LocalServer:
     return server_process.LocalServer(argv, env, log, timeout=600, cores=str(SERVER_CORE))
 
 
-def run(name: str, seed: int, budget: float | None, points: int, per_level: int, server_url: str) -> dict:
-    """Train configuration `name` until `budget` wall seconds (None: plain TRL's 200 steps) or step 200."""
+def run(
+    name: str,
+    seed: int,
+    budget: float | None,
+    points: int,
+    per_level: int,
+    server_url: str,
+    max_steps: int | None = None,
+) -> dict:
+    """Train configuration `name` until `budget` wall seconds (None: plain TRL's 200 steps) or its last step: the
+    recipe's 200, or `max_steps` (its own schedule's length: the learning rate reaches 0 there)."""
     fields, lora = recipe_settings(RECIPE)
     prompts = fields.pop("num_prompts")
+    if max_steps is not None:
+        fields["max_steps"] = max_steps
     common = {**fields, "output_dir": tempfile.mkdtemp(), **QUIET_CPU_RUN, "seed": seed}
     settings = CONFIGS[name]
     if settings is None:
@@ -284,7 +324,7 @@ def run(name: str, seed: int, budget: float | None, points: int, per_level: int,
     if name.endswith(SCORING_FORWARD):
         trainer._use_loss_time_is(False)
     trainer.train()
-    return meter.record(name, seed, budget)
+    return meter.record(name, seed, budget, "steps" if max_steps is None else "time")
 
 
 def two_device_ratio(generation: float, training: float, sync: float, share: float | None) -> float:
@@ -305,6 +345,35 @@ def accuracy_at_step(points: list[dict], step: int) -> float | None:
             span = after["optimizer_steps"] - before["optimizer_steps"]
             return a0 if span == 0 else a0 + (a1 - a0) * (step - before["optimizer_steps"]) / span
     return None
+
+
+def standard_error(values: list[float]) -> float | None:
+    """Standard error of the mean of `values` (None below two values)."""
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+
+
+def paired_to_trl(trl: list[dict], runs: list[dict], step: int) -> dict:
+    """A configuration's accuracy after `step` optimizer steps minus plain TRL's, paired by seed (the seeds where both
+    got there): mean, standard error, n."""
+    theirs = {r["seed"]: accuracy_at_step(r["points"], step) for r in trl}
+    differences = [
+        mine - theirs[r["seed"]]
+        for r in runs
+        if (mine := accuracy_at_step(r["points"], step)) is not None and theirs.get(r["seed"]) is not None
+    ]
+    mean = statistics.fmean(differences) if differences else None
+    return {"mean": mean, "se": standard_error(differences), "n": len(differences)}
+
+
+def mean_diagnostics(runs: list[dict]) -> dict:
+    """Each logged `DIAGNOSTICS` value's mean over every step of `runs` (the names some step logged)."""
+    values = defaultdict(list)
+    for r in runs:
+        for logged in r.get("diagnostics", []):
+            for name in DIAGNOSTICS:
+                if name in logged:
+                    values[name].append(logged[name])
+    return {name: statistics.fmean(v) for name, v in values.items()}
 
 
 def summarize(runs: list[dict], share: float) -> dict:
@@ -346,6 +415,14 @@ def summarize(runs: list[dict], share: float) -> dict:
         row["accuracy_at_steps"] = {
             str(step): [accuracy_at_step(r["points"], step) for r in rs] for step in STEP_MARKS
         }
+        row["standard_error_at_steps"] = {
+            step: standard_error([v for v in values if v is not None])
+            for step, values in row["accuracy_at_steps"].items()
+        }
+        row["paired_to_trl_at_steps"] = {
+            str(step): paired_to_trl(by_config["trl"], rs, step) for step in STEP_MARKS
+        }
+        row["diagnostics"] = mean_diagnostics(rs)
         row["modeled"] = [
             {
                 "measured_share": s["generation"] / (s["generation"] + s["training"]),
@@ -360,6 +437,14 @@ def summarize(runs: list[dict], share: float) -> dict:
 
 def _seconds(values) -> str:
     return " / ".join("never" if v is None else f"{v:.0f}" for v in values)
+
+
+def _se(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _value(value) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 def _ratios(values) -> str:
@@ -398,6 +483,26 @@ def print_report(runs: list[dict], summary: dict, header: str) -> None:
             cells.append(f"{mean} ({' / '.join('-' if v is None else f'{v:.3f}' for v in values)})")
         rows.append([name, *cells])
     print_table(["config", *(f"step {step}" for step in STEP_MARKS)], rows)
+    print(
+        "\nBy optimizer step, paired by seed: mean (± standard error) of the seeds; its difference to plain TRL (± SE)"
+    )
+    rows = []
+    for name, row in summary["configs"].items():
+        cells = []
+        for step, values in row["accuracy_at_steps"].items():
+            reached, se = [v for v in values if v is not None], row["standard_error_at_steps"][step]
+            paired = row["paired_to_trl_at_steps"][step]
+            mine = f"{statistics.fmean(reached):.3f} ± {_se(se)}" if reached else "-"
+            difference = "-" if paired["mean"] is None else f"{paired['mean']:+.3f} ± {_se(paired['se'])}"
+            cells.append(f"{mine}; {difference} (n {paired['n']})")
+        rows.append([name, *cells])
+    print_table(["config", *(f"step {step}" for step in STEP_MARKS)], rows)
+    print("\nIS and staleness diagnostics, mean over every logged step of every seed")
+    rows = [
+        [name, *(_value(row["diagnostics"].get(d)) for d in DIAGNOSTICS)]
+        for name, row in summary["configs"].items()
+    ]
+    print_table(["config", *DIAGNOSTICS], rows)
     print("\nWork and seconds per optimizer step of each run (blocked: the trainer waiting for generation):")
     rows = []
     for r in runs:
@@ -428,23 +533,56 @@ def print_report(runs: list[dict], summary: dict, header: str) -> None:
     print_table(["run", "measured share G/(G+T)", "async/sync at it", f"async/sync at {share:.0%}"], rows)
 
 
-def run_order(seeds: int, configs=tuple(CONFIGS)) -> list[tuple[int, str]]:
-    """(seed, configuration) in measuring order: seed-major, plain TRL first (its wall time is the seed's budget),
-    the other `configs` in `CONFIGS` order, rotated per seed."""
+def seconds_per_step(stored: list[dict]) -> dict[str, float]:
+    """Each configuration's median wall seconds per optimizer step over the equal-steps runs in `stored` (every seed
+    of a `--json` measurement of the recipe's 200 steps)."""
+    per_step = defaultdict(list)
+    for r in stored:
+        if r.get("schedule", "steps") == "steps":
+            per_step[r["config"]].append(r["wall"] / r["optimizer_steps"])
+    return {name: statistics.median(values) for name, values in per_step.items()}
+
+
+def planned_steps(budget: float, seconds: float) -> int:
+    """Optimizer steps a configuration taking `seconds` per step fits in `budget` wall seconds (at least one): its
+    schedule's length, so that its learning rate reaches 0 at the budget."""
+    return max(1, math.floor(budget / seconds))
+
+
+def run_order(seeds: int, configs=tuple(CONFIGS), first: int = 0) -> list[tuple[int, str]]:
+    """(seed, configuration) in measuring order for seeds `first`..`seeds` - 1: seed-major, plain TRL first (its wall
+    time is the seed's budget), the other `configs` in `CONFIGS` order, rotated per seed."""
     others = [name for name in CONFIGS if name != "trl" and name in configs]
     return [
         (seed, name)
-        for seed in range(seeds)
+        for seed in range(first, seeds)
         for name in ["trl", *others[seed % len(others) :], *others[: seed % len(others)]]
     ]
 
 
 def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
     """Every configuration for every seed, interleaved, with one server for all runs; runs in `done` (a previous,
-    cut-short measurement's records) are kept, not re-run. (header, run records in measuring order)."""
-    kept = {(r["seed"], r["config"]): r for r in done}
+    cut-short measurement's records) are kept, not re-run. (header, run records in measuring order).
+
+    Equal time (`cli.equal_time`: a stored equal-steps measurement): every configuration but plain TRL trains for
+    the seed's budget with its own schedule, `planned_steps(budget, its seconds_per_step there)`; from `done` it keeps
+    plain TRL's runs and the equal-time runs only."""
+    schedule, step_times = "steps", {}
+    if cli.equal_time:
+        schedule, step_times = "time", seconds_per_step(json.loads(Path(cli.equal_time).read_text())["runs"])
+        unmeasured = [name for name in cli.configs if name != "trl" and name not in step_times]
+        if unmeasured:
+            raise SystemExit(
+                f"--equal-time: {cli.equal_time} has no equal-steps run of {unmeasured}: measure them first "
+                f"(--configs trl,{','.join(unmeasured)} --json that file)"
+            )
+    kept = {
+        (r["seed"], r["config"]): r
+        for r in done
+        if r["config"] == "trl" or r.get("schedule", "steps") == schedule
+    }
     runs, budgets = [], {}
-    order = run_order(cli.seeds, cli.configs)
+    order = run_order(cli.seeds, cli.configs, cli.first_seed)
     missing = any(
         key not in kept for key in order
     )  # with every run kept, only the report is rebuilt: no server
@@ -456,7 +594,9 @@ def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
             r = kept.get((seed, name))
             fresh = r is None
             if fresh:
-                r = run(name, seed, budgets.get(seed, cli.budget), cli.points, cli.per_level, server.base_url)
+                budget = budgets.get(seed, cli.budget)
+                steps = planned_steps(budget, step_times[name]) if step_times and name != "trl" else None
+                r = run(name, seed, budget, cli.points, cli.per_level, server.base_url, steps)
                 print(
                     f"# seed {seed} {name}: {r['wall']:.0f} s, {r['optimizer_steps']} steps, accuracy "
                     f"{r['points'][0]['accuracy']['all']:.3f} -> {r['points'][-1]['accuracy']['all']:.3f}",
@@ -468,13 +608,17 @@ def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
             if fresh and cli.json:  # every run so far, in case the measurement is cut short
                 Path(cli.json).write_text(json.dumps({"partial": True, "runs": runs}, indent=1))
     budget = "plain TRL's 200 steps" if cli.budget is None else f"{cli.budget:.0f} s"
+    if step_times:
+        budget += (
+            ", each configuration its own schedule (equal time: steps planned from " + cli.equal_time + ")"
+        )
     resumed = f"; {len(kept)} runs kept from --resume" if kept else ""
     if set(cli.configs) != set(CONFIGS):
         resumed += f"; configurations {', '.join(cli.configs)}"
     header = (
         f"chain task ({RECIPE}, LoRA), wall clock on {os.cpu_count()} cores, budget {budget} per seed, "
         f"{cli.points} evaluations of {cli.per_level * len(chain.LEVELS)} held-out problems, "
-        f"seeds 0..{cli.seeds - 1}{resumed}"
+        f"seeds {cli.first_seed}..{cli.seeds - 1}{resumed}"
     )
     return header, runs
 
@@ -482,6 +626,12 @@ def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="measure seeds FIRST_SEED..SEEDS-1 (runs of the others: from --resume, or none)",
+    )
     parser.add_argument(
         "--budget", type=float, default=None, help="wall seconds per run (default: TRL's 200 steps)"
     )
@@ -503,7 +653,18 @@ def main() -> None:
     parser.add_argument(
         "--resume", default=None, help="a --json file of a cut-short measurement: keep its runs, run the rest"
     )
+    parser.add_argument(
+        "--equal-time",
+        default=None,
+        metavar="STEPS_JSON",
+        help="each configuration trains for plain TRL's wall time with its own max_steps: the budget over its median "
+        "seconds per step in this equal-steps --json measurement",
+    )
     cli = parser.parse_args()
+    if cli.equal_time and cli.budget is not None:
+        parser.error(
+            "--equal-time: the budget is plain TRL's wall time for its 200 steps; leave out --budget"
+        )
     unknown = [name for name in cli.configs if name not in CONFIGS]
     if unknown:
         parser.error(f"--configs: unknown {unknown}; choose from {list(CONFIGS)}")

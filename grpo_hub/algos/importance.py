@@ -87,3 +87,12 @@ def mismatch_stats(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask:
         "kl_k3": kl_penalty(sampler, trainer, "k3").mean().item(),
         "tokens": float(trainer.numel()),
     }
+
+
+def effective_sample_size(weights: torch.Tensor) -> float:
+    """Kish's normalised effective sample size of importance weights, (Σw)² / (n Σw²), in (0, 1]: 1 when every
+    weight is equal, 1 / n when one carries all the mass (Kish, "Survey Sampling", 1965; the ESS diagnostic of
+    verl's rollout IS). No weight, or all zero, gives 1.0 (nothing is reweighted)."""
+    w = weights.detach().double().flatten()
+    square = (w * w).sum().item()
+    return 1.0 if square == 0.0 else w.sum().item() ** 2 / (w.numel() * square)

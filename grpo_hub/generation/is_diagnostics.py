@@ -5,6 +5,9 @@
   vllm_is/frac_truncated or vllm_is/frac_masked           fraction of IS units (tokens, or sequences at
                                                           sequence level) whose raw weight lies outside
                                                           [clip_min, clip_max], i.e. that the mode clamps or zeroes
+  vllm_is/ess                                             Kish's normalised effective sample size of the raw
+                                                          weights over the IS units (`importance.
+                                                          effective_sample_size`): 1 = no reweighting
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import torch
 
 from grpo_hub.algos import importance
+
+MAX_ENTRY = -1  # `local_is_sums`: the one entry that reduces by max (max |Δ|)
 
 
 def is_settings(trl_mode: str, pooling: str | None) -> dict:
@@ -49,7 +54,8 @@ def edit_is_weights(output: dict, metrics, gather, *, trl_mode: str, pooling: st
 
 
 def local_is_sums(trainer_logp, sampler_logp, mask, *, level, pooling, low, high) -> torch.Tensor:
-    """This rank's [Σ|Δ|, Σk1, Σk3, tokens, IS units, units outside [low, high], max|Δ|] (float64)."""
+    """This rank's [Σ|Δ|, Σk1, Σk3, tokens, IS units, units outside [low, high], Σw, Σw², max|Δ|] (float64; w: the
+    raw weight of each IS unit). Every entry but the last (`MAX_ENTRY`) adds up over micro-batches and ranks."""
     stats = importance.mismatch_stats(trainer_logp, sampler_logp, mask)
     raw = importance.rollout_is_weights(
         trainer_logp, sampler_logp, mask, level=level, pooling=pooling, mode="truncate", low=None, high=None
@@ -69,6 +75,8 @@ def local_is_sums(trainer_logp, sampler_logp, mask, *, level, pooling, low, high
             tokens,
             float(units.sum()),
             float((outside & units).sum()),
+            raw[units].double().sum().item(),
+            raw[units].double().square().sum().item(),
             stats["abs_diff_max"],
         ],
         dtype=torch.float64,
@@ -97,7 +105,7 @@ def log_is_diagnostics(output: dict, metrics, gather, *, settings: dict, low, hi
 def append_is_diagnostics(per_rank: torch.Tensor, metrics, mode: str) -> None:
     """Append the vllm_is/* metrics of one generation batch from every rank's `local_is_sums` (rows: ranks); `mode`:
     "truncate" or "mask"."""
-    total, global_max = per_rank.sum(dim=0), per_rank[:, 6].max().item()
+    total, global_max = per_rank.sum(dim=0), per_rank[:, MAX_ENTRY].max().item()
     tokens, units = max(total[3].item(), 1.0), max(total[4].item(), 1.0)
     metrics["vllm_is/abs_logp_diff_mean"].append(total[0].item() / tokens)
     metrics["vllm_is/abs_logp_diff_max"].append(global_max)
@@ -105,3 +113,5 @@ def append_is_diagnostics(per_rank: torch.Tensor, metrics, mode: str) -> None:
     metrics["vllm_is/kl_k3"].append(total[2].item() / tokens)
     outside_key = "vllm_is/frac_truncated" if mode == "truncate" else "vllm_is/frac_masked"
     metrics[outside_key].append(total[5].item() / units)
+    square = total[7].item()  # Kish's ESS of the pooled units: (Σw)² / (n Σw²)
+    metrics["vllm_is/ess"].append(1.0 if square == 0.0 else total[6].item() ** 2 / (units * square))

@@ -20,7 +20,7 @@ import torch
 from transformers import TrainerCallback
 
 from grpo_hub.algos import importance
-from grpo_hub.generation.is_diagnostics import append_is_diagnostics, is_settings, local_is_sums
+from grpo_hub.generation.is_diagnostics import MAX_ENTRY, append_is_diagnostics, is_settings, local_is_sums
 
 # Per rank, summed over a generation batch's micro-batches: TRL's sampling metrics (Σ|Δ|, tokens, Σ ratio, ratio
 # units), then the geometric-mean weight (Σ, rows) of vllm_is_pooling="mean".
@@ -87,7 +87,12 @@ class LossTimeIS:
         self._extremes = torch.stack(
             [before[0].maximum(extremes[0]), before[1].minimum(extremes[1]), before[2].maximum(extremes[2])]
         )
-        self._is_sums = torch.cat([self._is_sums[:6] + is_sums[:6], self._is_sums[6:].maximum(is_sums[6:])])
+        self._is_sums = torch.cat(
+            [
+                self._is_sums[:MAX_ENTRY] + is_sums[:MAX_ENTRY],
+                self._is_sums[MAX_ENTRY:].maximum(is_sums[MAX_ENTRY:]),
+            ]
+        )
 
     def pending(self) -> torch.Tensor:
         """This rank's sums of the pending generation batch, as `flush` gathers them (one float64 vector)."""

@@ -205,3 +205,22 @@ def test_mismatch_stats_nan_safe_and_extreme():
     stats = importance.mismatch_stats(trainer, sampler, torch.ones(1, 3))
     assert all(math.isfinite(v) for v in stats.values()) and stats["tokens"] == 2
     assert stats["abs_diff_max"] == pytest.approx(1e4)
+
+
+# --- effective_sample_size -----------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(st.lists(st.floats(0.0, 50.0), max_size=12))
+def test_effective_sample_size_matches_kish(weights):
+    got = importance.effective_sample_size(t64(weights))
+    total, square = sum(weights), sum(w * w for w in weights)
+    expected = 1.0 if square == 0 else total * total / (len(weights) * square)
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert 0.0 < got <= 1.0 + 1e-12
+
+
+def test_effective_sample_size_bounds():
+    assert importance.effective_sample_size(torch.ones(5)) == pytest.approx(1.0)
+    assert importance.effective_sample_size(torch.tensor([0.0, 0.0, 7.0, 0.0])) == pytest.approx(0.25)
+    assert importance.effective_sample_size(torch.tensor([])) == 1.0

@@ -149,6 +149,7 @@ def test_every_seed_starts_with_plain_trl_and_runs_each_configuration_once():
         names = [name for s, name in order if s == seed]
         assert names[0] == "trl" and sorted(names) == sorted(awc.CONFIGS)
     assert [s for s, _ in order] == sorted(s for s, _ in order)  # seed-major
+    assert awc.run_order(3, ["trl", "server-async"], first=2) == [(2, "trl"), (2, "server-async")]
     assert awc.run_order(2, ["server-sync", "trl"]) == [
         (0, "trl"),
         (0, "server-sync"),
@@ -160,7 +161,8 @@ def test_every_seed_starts_with_plain_trl_and_runs_each_configuration_once():
 def test_a_resumed_measurement_keeps_its_runs_and_gives_the_rest_their_seeds_budget(monkeypatch, tmp_path):
     calls = []
 
-    def fake_run(name, seed, budget, points, per_level, server_url):
+    def fake_run(name, seed, budget, points, per_level, server_url, max_steps=None):
+        assert max_steps is None  # equal steps: the recipe's schedule
         calls.append((seed, name, budget))
         wall = 300.0 + seed if name == "trl" else budget
         return {"config": name, "seed": seed, "budget": wall if budget is None else budget, "wall": wall,
@@ -181,6 +183,8 @@ def test_a_resumed_measurement_keeps_its_runs_and_gives_the_rest_their_seeds_bud
         per_level=1,
         json=str(tmp_path / "out.json"),
         configs=list(awc.CONFIGS),
+        equal_time=None,
+        first_seed=0,
     )
     _, first = awc.measure(cli, [])
     assert [(s, n) for s, n, _ in calls] == awc.run_order(2)
@@ -234,3 +238,75 @@ def test_the_summary_compares_accuracy_per_step_and_marks_runs_that_stopped_earl
     assert table["server-sync"]["accuracy_at_steps"]["100"] == [pytest.approx(0.3 + 0.1 * 100 / 120)]
     assert table["server-sync"]["accuracy_at_steps"]["150"] == [None]
     assert list(table["trl"]["accuracy_at_steps"]) == [str(s) for s in awc.STEP_MARKS]
+
+
+def test_equal_time_plans_each_configurations_steps_from_its_stored_step_time(monkeypatch, tmp_path):
+    stored = [{"config": "trl", "seed": s, "wall": 400.0 + s, "optimizer_steps": 200, "budget": 400.0 + s,
+               "points": [point(0, 0.3), point(400.0 + s, 0.4, 200)]} for s in range(2)]  # fmt: skip
+    stored += [
+        {"config": "server-async", "seed": s, "wall": w, "optimizer_steps": 200}
+        for s, w in [(0, 240), (1, 280)]
+    ]
+    stored += [{"config": "server-async", "seed": 2, "wall": 90.0, "optimizer_steps": 50, "schedule": "time"}]
+    assert awc.seconds_per_step(stored) == {"trl": pytest.approx(2.0025), "server-async": pytest.approx(1.3)}
+    assert awc.planned_steps(401.0, 1.3) == 308 and awc.planned_steps(1.0, 5.0) == 1
+    steps_json = tmp_path / "steps.json"
+    steps_json.write_text(json.dumps({"runs": stored}))
+    calls = []
+
+    def fake_run(name, seed, budget, points, per_level, server_url, max_steps=None):
+        calls.append((seed, name, budget, max_steps))
+        return {"config": name, "seed": seed, "budget": budget, "wall": budget, "optimizer_steps": max_steps,
+                "schedule": "time", "points": [point(0, 0.3), point(budget, 0.4, max_steps)]}  # fmt: skip
+
+    monkeypatch.setattr(awc, "run", fake_run)
+    monkeypatch.setattr(
+        awc, "local_server", lambda port, log_dir: contextlib.nullcontext(SimpleNamespace(base_url="u"))
+    )
+    cli = SimpleNamespace(seeds=2, budget=None, points=4, per_level=1, json=None,
+                          configs=["trl", "server-async"], equal_time=str(steps_json), first_seed=0)  # fmt: skip
+    header, runs = awc.measure(cli, stored)  # the stored equal-steps async runs are not kept: they are re-run
+    assert calls == [(0, "server-async", 400.0, 307), (1, "server-async", 401.0, 308)]
+    assert [r["config"] for r in runs] == ["trl", "server-async"] * 2 and "own schedule" in header
+    cli.configs = ["trl", "server-sync"]
+    with pytest.raises(SystemExit, match="server-sync"):  # no stored step time: refused, naming it
+        awc.measure(cli, stored)
+
+
+def test_per_step_differences_are_paired_by_seed_like_a_naive_computation():
+    rng = random.Random(2)
+    trl, mine = [], []
+    for seed in range(6):
+        curve = [point(t, rng.uniform(0.2, 0.5), t) for t in (0, 100, 200)]
+        trl.append({"seed": seed, "points": curve})
+        if seed != 4:  # a seed this configuration lacks is left out of the pairing
+            mine.append({"seed": seed, "points": [point(t, rng.uniform(0.2, 0.5), t) for t in (0, 100, 200)]})
+    got = awc.paired_to_trl(trl, mine, 100)
+    differences = [
+        m["points"][1]["accuracy"]["all"] - trl[m["seed"]]["points"][1]["accuracy"]["all"] for m in mine
+    ]
+    assert got["n"] == 5 and got["mean"] == pytest.approx(statistics.fmean(differences))
+    assert got["se"] == pytest.approx(statistics.stdev(differences) / 5**0.5)
+    assert awc.paired_to_trl(trl, mine[:1], 100)["se"] is None
+
+
+def test_the_meter_stores_every_steps_diagnostics_and_the_summary_averages_them():
+    meter = awc.Meter(tokenizer=None, marks=[], unit="steps", per_level=1)
+    logs = [{"loss": 1.0, "async/staleness": 1.0, "async/wait_seconds": 0.1, "vllm_is/ess": 0.9,
+             "vllm_is/frac_truncated": 0.01, "sampling/importance_sampling_ratio/mean": 1.0, "vllm_is/kl_k3": 1e-3},
+            {"loss": 1.0}, {"vllm_is/ess": 0.7, "vllm_is/frac_masked": 0.03}]  # fmt: skip
+    for step, log in enumerate(logs, 1):
+        meter.on_log(None, SimpleNamespace(global_step=step), None, logs=log)
+    assert meter.diagnostics == [
+        {
+            "step": 1,
+            "staleness": 1.0,
+            "is_weight_mean": 1.0,
+            "is_share_outside": 0.01,
+            "is_ess": 0.9,
+            "is_kl_k3": 1e-3,
+        },
+        {"step": 3, "is_share_outside": 0.03, "is_ess": 0.7},
+    ]
+    means = awc.mean_diagnostics([{"diagnostics": meter.diagnostics}, {}])
+    assert means["is_ess"] == pytest.approx(0.8) and means["staleness"] == 1.0
