@@ -439,6 +439,12 @@ def _seconds(values) -> str:
     return " / ".join("never" if v is None else f"{v:.0f}" for v in values)
 
 
+def _steps(run: dict) -> str:
+    """Optimizer steps run, and of how many its schedule planned when it had its own (equal time)."""
+    planned = f" of {run['max_steps']}" if run.get("schedule") == "time" else ""
+    return f"{run['optimizer_steps']}{planned}"
+
+
 def _se(value) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -508,7 +514,7 @@ def print_report(runs: list[dict], summary: dict, header: str) -> None:
     for r in runs:
         s, wait = r["per_step"], r["mean_logged_wait"]
         rows.append(
-            [f"{r['config']} seed {r['seed']}", f"{r['wall']:.0f}", str(r["optimizer_steps"]), str(r["generated_tokens"]),
+            [f"{r['config']} seed {r['seed']}", f"{r['wall']:.0f}", _steps(r), str(r["generated_tokens"]),
              str(r["trained_rows"]), f"{r['mean_staleness']:.2f}", "-" if wait is None else f"{wait:.3f}",
              f"{s['generation']:.3f}", f"{s['training']:.3f}", f"{s.get('scoring', 0.0):.3f}", f"{s['blocked']:.3f}",
              f"{s['sync']:.3f}",
