@@ -13,10 +13,12 @@ index; seed-major, plain TRL first, the others' order rotated per seed):
 Both server configurations correct with vllm_importance_sampling_mode="token_truncate" (the preset
 `chain-server.yaml`'s); plain TRL keeps its defaults.
 
-Budget: plain TRL's wall seconds for the job's 200 steps (per seed; its evaluations sit at evenly spaced steps),
-or `--budget` seconds. A run stops at the budget or at step 200, whichever comes first. Held-out accuracy (greedy,
-2,000 problems) at `--points` evenly spaced wall-clock times, OFF the clock; before it pauses, the clock waits for
-the batch in flight (the next step's weight sync would wait for it too). Targets: plain TRL's mean accuracy at 50,
+Budget: plain TRL's wall seconds for the job's 200 steps (per seed), or `--budget` seconds. A run stops at the budget
+or at its last step, whichever comes first. Held-out accuracy (greedy, 2,000 problems), OFF the clock, at `--points`
+evenly spaced optimizer steps, the same for every configuration, so accuracy per step compares without interpolating
+between evaluations (a run stopped by the budget is evaluated there too); with `--budget` or `--equal-time` at evenly
+spaced fractions of the budget instead. Before an evaluation pauses the clock, it waits for the batch in flight (the
+next step's weight sync would wait for it too). Targets: plain TRL's mean accuracy at 50,
 75 and 100 % of its budget (100 % = its final accuracy); reached: `benchmarks.clocks.reached_at`; ratio: a run's time
 over the time plain TRL's mean curve takes (docs/time-to-accuracy.md).
 
@@ -138,8 +140,13 @@ class Meter(TrainerCallback):
     the pop only: with the merged sync the trainer mostly waits inside the sync, for the batch in flight.
     """
 
-    def __init__(self, tokenizer, marks: list[float], unit: str, per_level: int):
+    def __init__(
+        self, tokenizer, marks: list[float], unit: str, per_level: int, deadline: float | None = None
+    ):
         self.tokenizer, self.marks, self.unit, self.per_level = tokenizer, marks, unit, per_level
+        self.deadline = (
+            deadline  # wall seconds (marks in steps): evaluate and stop at the first step end past it
+        )
         self.timers, self.engine_seconds = Timers(), 0.0
         self.points, self.staleness, self.logged_wait, self.diagnostics = [], [], [], []
         self.tokens = self.trained_rows = 0
@@ -221,10 +228,11 @@ class Meter(TrainerCallback):
         crossed = bool(self.marks) and now >= self.marks[0]
         while self.marks and now >= self.marks[0]:
             self.marks.pop(0)
-        if crossed or state.global_step >= state.max_steps:
+        late = self.deadline is not None and self.elapsed() >= self.deadline
+        if crossed or late or state.global_step >= state.max_steps:
             self._evaluate(model, state.global_step)
-        # the trainer's own stop (max_steps) stands; the meter only adds its own, past the last mark
-        control.should_training_stop = control.should_training_stop or not self.marks
+        # the trainer's own stop (max_steps) stands; the meter only adds its own, past the last mark or the deadline
+        control.should_training_stop = control.should_training_stop or not self.marks or late
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -253,6 +261,7 @@ class Meter(TrainerCallback):
             "seed": seed,
             "schedule": schedule,
             "max_steps": self.trainer.args.max_steps,
+            "evaluated_at": self.unit,  # "steps" or "seconds": where the evaluations sit
             "budget": wall if budget is None else budget,
             "points": self.points,
             "wall": wall,
@@ -298,9 +307,11 @@ def run(
     per_level: int,
     server_url: str,
     max_steps: int | None = None,
+    step_marks: bool = False,
 ) -> dict:
     """Train configuration `name` until `budget` wall seconds (None: plain TRL's 200 steps) or its last step: the
-    recipe's 200, or `max_steps` (its own schedule's length: the learning rate reaches 0 there)."""
+    recipe's 200, or `max_steps` (its own schedule's length: the learning rate reaches 0 there). Evaluations at evenly
+    spaced steps without a budget or with `step_marks`, else at evenly spaced fractions of the budget."""
     fields, lora = recipe_settings(RECIPE)
     prompts = fields.pop("num_prompts")
     if max_steps is not None:
@@ -313,13 +324,13 @@ def run(
     else:
         pin({TRAINER_CORE})
         args = GRPOHubConfig(**common, **SERVER_FIELDS, vllm_server_base_url=server_url, **settings)
-    if budget is None:
+    if budget is None or step_marks:
         marks, unit = [args.max_steps * (i + 1) / points for i in range(points)], "steps"
     else:
         marks, unit = [budget * (i + 1) / points for i in range(points)], "seconds"
     model_dir = chain_model_path()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    meter = Meter(tokenizer, marks, unit, per_level)
+    meter = Meter(tokenizer, marks, unit, per_level, deadline=budget if unit == "steps" else None)
     trainer = chain_trainer(args, meter, lora, prompts, seed)
     if name.endswith(SCORING_FORWARD):
         trainer._use_loss_time_is(False)
@@ -602,7 +613,8 @@ def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
             if fresh:
                 budget = budgets.get(seed, cli.budget)
                 steps = planned_steps(budget, step_times[name]) if step_times and name != "trl" else None
-                r = run(name, seed, budget, cli.points, cli.per_level, server.base_url, steps)
+                step_marks = cli.budget is None and not step_times  # equal steps: evaluate at the same steps
+                r = run(name, seed, budget, cli.points, cli.per_level, server.base_url, steps, step_marks)
                 print(
                     f"# seed {seed} {name}: {r['wall']:.0f} s, {r['optimizer_steps']} steps, accuracy "
                     f"{r['points'][0]['accuracy']['all']:.3f} -> {r['points'][-1]['accuracy']['all']:.3f}",

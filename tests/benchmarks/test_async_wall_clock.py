@@ -130,6 +130,19 @@ def test_the_meter_evaluates_past_each_mark_and_at_the_last_step_then_stops():
     assert evaluated[2:] == [2, 5]
 
 
+def test_marks_in_steps_with_a_deadline_evaluate_at_the_same_steps_and_stop_at_the_deadline():
+    meter = awc.Meter(tokenizer=None, marks=[2.0, 4.0, 6.0], unit="steps", per_level=1, deadline=10.0)
+    evaluated, clock = [], iter([1.0, 3.0, 5.0, 11.0, 12.0])
+    meter._evaluate = lambda model, step: evaluated.append(step)
+    meter.elapsed = lambda: next(clock)
+    control = SimpleNamespace(should_training_stop=False)
+    for step in range(1, 7):
+        meter.on_step_end(None, SimpleNamespace(global_step=step, max_steps=6), control)
+        if control.should_training_stop:
+            break
+    assert evaluated == [2, 4] and step == 4  # step 4: a mark and past the deadline, evaluated once, stopped
+
+
 def test_the_meter_never_overrides_the_trainers_stop_at_max_steps():
     """transformers' flow callback asks to stop at max_steps before the meter runs: marks left over must not undo it
     (they did: a 200-step job with marks in wall seconds trained on to the end of its data)."""
@@ -161,8 +174,10 @@ def test_every_seed_starts_with_plain_trl_and_runs_each_configuration_once():
 def test_a_resumed_measurement_keeps_its_runs_and_gives_the_rest_their_seeds_budget(monkeypatch, tmp_path):
     calls = []
 
-    def fake_run(name, seed, budget, points, per_level, server_url, max_steps=None):
-        assert max_steps is None  # equal steps: the recipe's schedule
+    def fake_run(name, seed, budget, points, per_level, server_url, max_steps=None, step_marks=False):
+        assert (
+            max_steps is None and step_marks
+        )  # equal steps: the recipe's schedule, evaluated at the same steps
         calls.append((seed, name, budget))
         wall = 300.0 + seed if name == "trl" else budget
         return {"config": name, "seed": seed, "budget": wall if budget is None else budget, "wall": wall,
@@ -254,7 +269,8 @@ def test_equal_time_plans_each_configurations_steps_from_its_stored_step_time(mo
     steps_json.write_text(json.dumps({"runs": stored}))
     calls = []
 
-    def fake_run(name, seed, budget, points, per_level, server_url, max_steps=None):
+    def fake_run(name, seed, budget, points, per_level, server_url, max_steps=None, step_marks=False):
+        assert not step_marks  # equal time: evaluated at fractions of the budget, for the time to each target
         calls.append((seed, name, budget, max_steps))
         return {"config": name, "seed": seed, "budget": budget, "wall": budget, "optimizer_steps": max_steps,
                 "schedule": "time", "points": [point(0, 0.3), point(budget, 0.4, max_steps)]}  # fmt: skip
