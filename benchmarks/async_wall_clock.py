@@ -144,9 +144,8 @@ class Meter(TrainerCallback):
         self, tokenizer, marks: list[float], unit: str, per_level: int, deadline: float | None = None
     ):
         self.tokenizer, self.marks, self.unit, self.per_level = tokenizer, marks, unit, per_level
-        self.deadline = (
-            deadline  # wall seconds (marks in steps): evaluate and stop at the first step end past it
-        )
+        # wall seconds (marks in steps): evaluate and stop at the first step end past it
+        self.deadline = deadline
         self.timers, self.engine_seconds = Timers(), 0.0
         self.points, self.staleness, self.logged_wait, self.diagnostics = [], [], [], []
         self.tokens = self.trained_rows = 0

@@ -94,5 +94,9 @@ def effective_sample_size(weights: torch.Tensor) -> float:
     weight is equal, 1 / n when one carries all the mass (Kish, "Survey Sampling", 1965; the ESS diagnostic of
     verl's rollout IS). No weight, or all zero, gives 1.0 (nothing is reweighted)."""
     w = weights.detach().double().flatten()
-    square = (w * w).sum().item()
-    return 1.0 if square == 0.0 else w.sum().item() ** 2 / (w.numel() * square)
+    return ess_from_sums(w.sum().item(), (w * w).sum().item(), w.numel())
+
+
+def ess_from_sums(weight_sum: float, square_sum: float, count: float) -> float:
+    """`effective_sample_size` from Σw, Σw² and n, which add up over micro-batches and ranks."""
+    return 1.0 if square_sum == 0.0 else weight_sum**2 / (count * square_sum)

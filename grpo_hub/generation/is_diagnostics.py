@@ -66,7 +66,7 @@ def local_is_sums(trainer_logp, sampler_logp, mask, *, level, pooling, low, high
         outside |= raw < low
     if high is not None:
         outside |= raw > high
-    tokens = stats["tokens"]
+    tokens, unit_weights = stats["tokens"], raw[units].double()
     return torch.tensor(
         [
             stats["abs_diff_mean"] * tokens,
@@ -75,8 +75,8 @@ def local_is_sums(trainer_logp, sampler_logp, mask, *, level, pooling, low, high
             tokens,
             float(units.sum()),
             float((outside & units).sum()),
-            raw[units].double().sum().item(),
-            raw[units].double().square().sum().item(),
+            unit_weights.sum().item(),
+            unit_weights.square().sum().item(),
             stats["abs_diff_max"],
         ],
         dtype=torch.float64,
@@ -113,5 +113,4 @@ def append_is_diagnostics(per_rank: torch.Tensor, metrics, mode: str) -> None:
     metrics["vllm_is/kl_k3"].append(total[2].item() / tokens)
     outside_key = "vllm_is/frac_truncated" if mode == "truncate" else "vllm_is/frac_masked"
     metrics[outside_key].append(total[5].item() / units)
-    square = total[7].item()  # Kish's ESS of the pooled units: (Σw)² / (n Σw²)
-    metrics["vllm_is/ess"].append(1.0 if square == 0.0 else total[6].item() ** 2 / (units * square))
+    metrics["vllm_is/ess"].append(importance.ess_from_sums(total[6].item(), total[7].item(), units))

@@ -3,6 +3,7 @@ naive pass over every rank's IS units."""
 
 import math
 import random
+from collections import defaultdict
 
 import pytest
 import torch
@@ -39,8 +40,8 @@ def test_ess_and_truncated_share_pool_every_ranks_units(level):
     ranks = [random_rank(rng) for _ in range(3)]
     low, high = 0.5, 2.0
     sums = [local_is_sums(*rank, level=level, pooling="sum", low=low, high=high) for rank in ranks]
-    metrics = {}
-    append_is_diagnostics(torch.stack(sums), _Metrics(metrics), "truncate")
+    metrics = defaultdict(list)
+    append_is_diagnostics(torch.stack(sums), metrics, "truncate")
     units = [w for rank in ranks for w in naive_units(*rank, level)]
     assert metrics["vllm_is/ess"] == [pytest.approx(importance.effective_sample_size(torch.tensor(units)))]
     outside = sum(w < low or w > high for w in units) / len(units)
@@ -53,15 +54,6 @@ def test_no_mismatch_is_full_sample_size():
     sums = local_is_sums(
         trainer, trainer.clone(), torch.ones(2, 3), level="token", pooling="sum", low=None, high=2.0
     )
-    metrics = {}
-    append_is_diagnostics(sums.unsqueeze(0), _Metrics(metrics), "truncate")
+    metrics = defaultdict(list)
+    append_is_diagnostics(sums.unsqueeze(0), metrics, "truncate")
     assert metrics["vllm_is/ess"] == [pytest.approx(1.0)] and metrics["vllm_is/kl_k3"] == [0.0]
-
-
-class _Metrics(dict):
-    def __init__(self, store):
-        super().__init__()
-        self.store = store
-
-    def __getitem__(self, key):
-        return self.store.setdefault(key, [])

@@ -8,6 +8,7 @@ in TRL) within 1e-5 relative. The runs below came out bit-identical in weights o
 
 import math
 import random
+from collections import defaultdict
 from types import SimpleNamespace
 
 import pytest
@@ -147,23 +148,14 @@ def test_diagnostics_sum_micro_batches_then_aggregate_ranks_as_trl(mode):
             loss_time.weights({"completion_mask": mask, "sampling_per_token_logps": sampler}, trainer)
         ranks.append(loss_time)
     per_rank = torch.stack([r.pending() for r in ranks])
-    metrics = {}
-    ranks[0]._gather, ranks[0]._metrics = (lambda mine: per_rank), _Metrics(metrics)
+    metrics = defaultdict(list)
+    ranks[0]._gather, ranks[0]._metrics = (lambda mine: per_rank), metrics
     ranks[0].flush()
     for name, value in naive_trl_metrics(rank_batches, mode).items():
         assert metrics[name] == [pytest.approx(value, rel=1e-6)], name
     assert "vllm_is/abs_logp_diff_mean" in metrics and ranks[0]._sums is None
     ranks[0].flush()  # nothing pending: logs nothing
     assert all(len(values) == 1 for values in metrics.values())
-
-
-class _Metrics(dict):
-    def __init__(self, store):
-        super().__init__()
-        self.store = store
-
-    def __getitem__(self, key):
-        return self.store.setdefault(key, [])
 
 
 # --- training on TRL's vLLM path (stand-in sampler), against TRL's scoring forward ---
