@@ -100,8 +100,8 @@ def test_settings_that_keep_one_distribution_pass(tmp_path, overrides):
 
 
 def naive_sums(trainer, sampler, mask, level, pooling, low, high):
-    """Loop over rows and tokens: the same six sums local_is_sums returns, plus max |Δ|."""
-    abs_sum = k1 = k3 = tokens = units = outside = 0.0
+    """Loop over rows and tokens: the eight sums local_is_sums returns, plus max |Δ|."""
+    abs_sum = k1 = k3 = tokens = units = outside = weight_sum = weight_square_sum = 0.0
     abs_max = 0.0
     for row in range(trainer.shape[0]):
         deltas = []
@@ -113,15 +113,18 @@ def naive_sums(trainer, sampler, mask, level, pooling, low, high):
                 k1 -= d
                 k3 += math.exp(d) - 1 - d
         tokens += len(deltas)
-        if level == "token":
-            weights = [math.exp(d) for d in deltas]
-            units += sum(bool(m) for m in mask[row])
+        if level == "token":  # a token vLLM did not score is a unit of weight 1
+            unscored = sum(bool(m) for m in mask[row]) - len(deltas)
+            weights = [math.exp(d) for d in deltas] + [1.0] * unscored
+            units += len(weights)
         else:
             pooled = sum(deltas) / max(len(deltas), 1) if pooling == "mean" else sum(deltas)
             weights = [math.exp(pooled)] if any(mask[row]) else []
             units += len(weights)
         outside += sum((low is not None and w < low) or (high is not None and w > high) for w in weights)
-    return [abs_sum, k1, k3, tokens, units, outside, abs_max]
+        weight_sum += sum(weights)
+        weight_square_sum += sum(w * w for w in weights)
+    return [abs_sum, k1, k3, tokens, units, outside, weight_sum, weight_square_sum, abs_max]
 
 
 @pytest.mark.parametrize(
