@@ -16,8 +16,11 @@ Both server configurations correct with vllm_importance_sampling_mode="token_tru
 Budget: plain TRL's wall seconds for the job's 200 steps (per seed), or `--budget` seconds. A run stops at the budget
 or at its last step, whichever comes first. Held-out accuracy (greedy, 2,000 problems), OFF the clock, at `--points`
 evenly spaced optimizer steps, the same for every configuration, so accuracy per step compares without interpolating
-between evaluations (a run stopped by the budget is evaluated there too); with `--budget` or `--equal-time` at evenly
-spaced fractions of the budget instead. Before an evaluation pauses the clock, it waits for the batch in flight (the
+between evaluations (a run stopped by the budget is evaluated there too); with `--budget`, `--equal-time` or
+`--time-budget` at evenly spaced fractions of the budget instead. Equal time (each configuration but plain TRL trains
+for the seed's budget on a schedule of its own length): `--equal-time STEPS_JSON` sets that length before the run
+from stored step times; `--time-budget` lets `time_budget_seconds` plan it from the run's own pace (evaluations off
+its clock; docs/time-budget.md). Before an evaluation pauses the clock, it waits for the batch in flight (the
 next step's weight sync would wait for it too). Targets: plain TRL's mean accuracy at 50,
 75 and 100 % of its budget (100 % = its final accuracy); reached: `benchmarks.clocks.reached_at`; ratio: a run's time
 over the time plain TRL's mean curve takes (docs/time-to-accuracy.md).
@@ -28,6 +31,7 @@ synchronous step costs G + T + S and an asynchronous one max(G, T) + S: overlap 
 
     python -m benchmarks.async_wall_clock [--seeds 3] [--points 8] [--budget S] [--json out.json]
     python -m benchmarks.async_wall_clock --seeds 3 --resume out.json --json out.json   # finish a cut-short one
+    python -m benchmarks.async_wall_clock --seeds 3 --time-budget --configs trl,server-async+filter   # equal time
     python -m benchmarks.async_wall_clock --quick     # smoke run: 1 seed, 15 s, 2 points, 200 problems (noise)
 """
 
@@ -88,6 +92,8 @@ SERVER_CORE, TRAINER_CORE = 1, 0
 # --gpu-share default: plain TRL's generation share of a GPU step (H100, ../shared/DESIGN.md)
 GPU_SHARE = clocks.GPU_GENERATION_SHARE
 STEP_MARKS = (50, 100, 150, 200)  # optimizer steps at which the report compares accuracy per step
+# --time-budget: the schedule of those runs, and their upper bound (the setting plans fewer steps)
+TIME_BUDGET, TIME_BUDGET_CAP = "time budget", 1000
 # per-step logged diagnostics a run stores: name -> the trainer's metric (a tuple: the first one logged)
 DIAGNOSTICS = {
     "staleness": ("async/staleness",),
@@ -193,8 +199,12 @@ class Meter(TrainerCallback):
         self.tokens += sum(len(ids) for ids in completion_ids)
         return chain.chain_correctness_reward(prompts, completions, answer)
 
+    def clock(self) -> float:
+        """Wall seconds with the evaluations taken out (a run's time budget reads this clock)."""
+        return time.perf_counter() - self._paused
+
     def elapsed(self) -> float:
-        return time.perf_counter() - self._start - self._paused
+        return self.clock() - self._start
 
     def _evaluate(self, model, step: int) -> None:
         rollouts = getattr(self.trainer, "_rollouts", None)
@@ -248,7 +258,7 @@ class Meter(TrainerCallback):
 
     def record(self, name: str, seed: int, budget: float | None, schedule: str) -> dict:
         """The run: its evaluation points, budget, schedule ("steps": the recipe's 200; "time": its own length, set
-        for the budget), work, per-step diagnostics, and seconds per optimizer step of each part."""
+        for the budget from stored step times; TIME_BUDGET: planned by time_budget_seconds), work, per-step diagnostics, and seconds per optimizer step of each part."""
         seconds, last = self.timers.seconds, self.points[-1]
         steps, wall = max(last["optimizer_steps"], 1), last["time"]
         blocked = seconds["generate"] + seconds["wait"]  # the trainer idle, waiting for generation
@@ -260,6 +270,7 @@ class Meter(TrainerCallback):
             "seed": seed,
             "schedule": schedule,
             "max_steps": self.trainer.args.max_steps,
+            "planned_steps": self.trainer.state.max_steps,  # with time_budget_seconds: its last plan
             "evaluated_at": self.unit,  # "steps" or "seconds": where the evaluations sit
             "budget": wall if budget is None else budget,
             "points": self.points,
@@ -307,14 +318,19 @@ def run(
     server_url: str,
     max_steps: int | None = None,
     step_marks: bool = False,
+    time_budget: bool = False,
 ) -> dict:
     """Train configuration `name` until `budget` wall seconds (None: plain TRL's 200 steps) or its last step: the
-    recipe's 200, or `max_steps` (its own schedule's length: the learning rate reaches 0 there). Evaluations at evenly
-    spaced steps without a budget or with `step_marks`, else at evenly spaced fractions of the budget."""
+    recipe's 200, or `max_steps` (its own schedule's length: the learning rate reaches 0 there), or with
+    `time_budget` the steps `time_budget_seconds=budget` plans (at most TIME_BUDGET_CAP; evaluations off its clock).
+    Evaluations at evenly spaced steps without a budget or with `step_marks`, else at evenly spaced fractions of the
+    budget."""
     fields, lora = recipe_settings(RECIPE)
     prompts = fields.pop("num_prompts")
     if max_steps is not None:
         fields["max_steps"] = max_steps
+    if time_budget:
+        fields |= {"max_steps": TIME_BUDGET_CAP, "time_budget_seconds": budget}
     common = {**fields, "output_dir": tempfile.mkdtemp(), **QUIET_CPU_RUN, "seed": seed}
     settings = CONFIGS[name]
     if settings is None:
@@ -333,8 +349,11 @@ def run(
     trainer = chain_trainer(args, meter, lora, prompts, seed)
     if name.endswith(SCORING_FORWARD):
         trainer._use_loss_time_is(False)
+    if time_budget:
+        trainer._time_budget.clock = meter.clock
     trainer.train()
-    return meter.record(name, seed, budget, "steps" if max_steps is None else "time")
+    schedule = TIME_BUDGET if time_budget else "steps" if max_steps is None else "time"
+    return meter.record(name, seed, budget, schedule)
 
 
 def two_device_ratio(generation: float, training: float, sync: float, share: float | None) -> float:
@@ -451,7 +470,11 @@ def _seconds(values) -> str:
 
 def _steps(run: dict) -> str:
     """Optimizer steps run, and of how many its schedule planned when it had its own (equal time)."""
-    planned = f" of {run['max_steps']}" if run.get("schedule") == "time" else ""
+    planned = ""
+    if run.get("schedule") == "time":
+        planned = f" of {run['max_steps']}"
+    elif run.get("schedule") == TIME_BUDGET:
+        planned = f" of {run['planned_steps']} (by the setting)"
     return f"{run['optimizer_steps']}{planned}"
 
 
@@ -583,7 +606,7 @@ def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
     Equal time (`cli.equal_time`: a stored equal-steps measurement): every configuration but plain TRL trains for
     the seed's budget with its own schedule, `planned_steps(budget, its seconds_per_step there)`; from `done` it keeps
     plain TRL's runs and the equal-time runs only."""
-    schedule, step_times = "steps", {}
+    schedule, step_times = (TIME_BUDGET if cli.time_budget else "steps"), {}
     if cli.equal_time:
         schedule, step_times = "time", seconds_per_step(json.loads(Path(cli.equal_time).read_text())["runs"])
         unmeasured = [name for name in cli.configs if name != "trl" and name not in step_times]
@@ -612,8 +635,20 @@ def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
             if fresh:
                 budget = budgets.get(seed, cli.budget)
                 steps = planned_steps(budget, step_times[name]) if step_times and name != "trl" else None
-                step_marks = cli.budget is None and not step_times  # equal steps: evaluate at the same steps
-                r = run(name, seed, budget, cli.points, cli.per_level, server.base_url, steps, step_marks)
+                # equal steps: evaluate every configuration at the same steps
+                step_marks = cli.budget is None and not step_times and not cli.time_budget
+                by_setting = cli.time_budget and name != "trl"
+                r = run(
+                    name,
+                    seed,
+                    budget,
+                    cli.points,
+                    cli.per_level,
+                    server.base_url,
+                    steps,
+                    step_marks,
+                    by_setting,
+                )
                 print(
                     f"# seed {seed} {name}: {r['wall']:.0f} s, {r['optimizer_steps']} steps, accuracy "
                     f"{r['points'][0]['accuracy']['all']:.3f} -> {r['points'][-1]['accuracy']['all']:.3f}",
@@ -629,6 +664,8 @@ def measure(cli, done: list[dict]) -> tuple[str, list[dict]]:
         budget += (
             ", each configuration its own schedule (equal time: steps planned from " + cli.equal_time + ")"
         )
+    if cli.time_budget:
+        budget += ", each configuration its own schedule (equal time: steps planned by time_budget_seconds)"
     resumed = f"; {len(kept)} runs kept from --resume" if kept else ""
     if set(cli.configs) != set(CONFIGS):
         resumed += f"; configurations {', '.join(cli.configs)}"
@@ -677,7 +714,17 @@ def main() -> None:
         help="each configuration trains for plain TRL's wall time with its own max_steps: the budget over its median "
         "seconds per step in this equal-steps --json measurement",
     )
+    parser.add_argument(
+        "--time-budget",
+        action="store_true",
+        help="equal time by the setting: every configuration but plain TRL trains with time_budget_seconds = plain "
+        "TRL's wall time, which plans its steps from its own pace (docs/time-budget.md)",
+    )
     cli = parser.parse_args()
+    if cli.time_budget and (cli.equal_time or cli.budget is not None):
+        parser.error(
+            "--time-budget: the budget is plain TRL's wall time; leave out --equal-time and --budget"
+        )
     if cli.equal_time and cli.budget is not None:
         parser.error(
             "--equal-time: the budget is plain TRL's wall time for its 200 steps; leave out --budget"

@@ -230,3 +230,21 @@ def check_padding_free(c) -> None:
             f"attn_implementation={attention!r}.",
             f"set padding_free=False, or attn_implementation to one of {padding_free.ATTENTION}.",
         )
+
+
+def check_time_budget(c) -> None:
+    """A positive budget, a pace measured over at least one step after the first, and a schedule by step (one
+    transformers can rebuild for another length: grpo_hub.training.time_budget.schedule_multiplier raises)."""
+    from grpo_hub.training.time_budget import schedule_multiplier  # the trainer's side imports the config
+
+    if c.time_budget_seconds is None:
+        return
+    check_positive("time_budget_seconds", c.time_budget_seconds)
+    if c.time_budget_calibration_steps < 2:
+        field_error(
+            "time_budget_calibration_steps",
+            f"must be >= 2 (the pace is measured over the steps after the first), got "
+            f"{c.time_budget_calibration_steps}.",
+            "use e.g. 4.",
+        )
+    schedule_multiplier(c, 100)

@@ -22,7 +22,8 @@ GENERATION = "generation"  # which prompts are generated, or by what engine
 LOSS = "loss"  # the surrogate, its ratio, its KL term, its aggregation or denominator (seam 3)
 REFERENCE = "reference"  # the reference policy's log-probs
 FORWARD = "forward"  # how a micro-batch's tokens reach the model (the log-probs are the same)
-SEAMS = (REWARDS, ADVANTAGES, ROWS, GENERATION, LOSS, REFERENCE, FORWARD)
+SCHEDULE = "schedule"  # the run's length and its learning-rate schedule
+SEAMS = (REWARDS, ADVANTAGES, ROWS, GENERATION, LOSS, REFERENCE, FORWARD, SCHEDULE)
 
 # --- tags: what a feature does that another may contradict (the rules live in conflicts.py) ---
 EDITS_REWARDS = "edits each reward function's rewards before TRL's advantages"
@@ -203,6 +204,22 @@ FEATURES = (
         (FORWARD,),
         checks=(checks.check_padding_free,),
         page="padding-free.md",
+    ),
+    Feature(
+        "time_budget",
+        "time_budget_seconds",
+        lambda c: c.time_budget_seconds is not None,
+        {"time_budget_seconds": 3600.0},  # (the tiny runs end long before: the plan is the upper bound)
+        (SCHEDULE,),
+        checks=(checks.check_time_budget,),
+        dependents=(
+            Dependents(
+                ("time_budget_calibration_steps",),
+                "time_budget_seconds",
+                lambda c: is_on("time_budget", c),
+            ),
+        ),
+        page="time-budget.md",
     ),
     Feature(
         "dynamic_sampling",

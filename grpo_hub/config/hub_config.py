@@ -167,6 +167,27 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
+    # --- Wall-clock budget (grpo_hub/algos/time_budget.py, grpo_hub/training/time_budget.py) ---
+    time_budget_seconds: float | None = field(
+        default=None,
+        metadata={
+            "help": "Train for this many wall seconds (counted from the start of train(); the seconds before a "
+            "resumed checkpoint count too). From step time_budget_calibration_steps on, after every optimizer step, "
+            "the run's length and its learning-rate schedule (lr_scheduler_type with its warmup, rebuilt for that "
+            "length) are set to the steps that fit in the budget at the pace measured so far (mean seconds per step "
+            "after the first), so the schedule ends at the budget. At most the steps max_steps or num_train_epochs "
+            "give: set those as the upper bound. All ranks follow the slowest rank's clock. Logged as "
+            "time_budget/planned_steps. None: off, the length is max_steps or num_train_epochs."
+        },
+    )
+    time_budget_calibration_steps: int = field(
+        default=4,
+        metadata={
+            "help": "With time_budget_seconds: optimizer steps run on the schedule of the upper bound before the "
+            "first plan (>= 2: the first step, which also pays the warm-up, is left out of the pace)."
+        },
+    )
+
     # --- Dynamic sampling (DAPO; grpo_hub/training/dynamic_sampling.py) ---
     dynamic_sampling: bool = field(
         default=False,

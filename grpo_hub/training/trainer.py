@@ -44,6 +44,7 @@ from grpo_hub.training.reference import (
     trained_adapter_name,
 )
 from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback, signature_columns
+from grpo_hub.training.time_budget import TimeBudgetCallback, schedule_multiplier
 from grpo_hub.training.turns import TurnCredit
 
 check_trl_seams(GRPOTrainer)
@@ -109,6 +110,16 @@ class GRPOHubTrainer(GRPOTrainer):
             self.loss_type, args.loss_agg_mode, self.importance_sampling_level, self.epsilon_low, self.epsilon_high,
             args.dual_clip_c, self.beta, args.use_bias_correction_kl, self.max_completion_length,
         )  # fmt: skip
+        self._time_budget = None  # the run's length planned to a wall-clock budget (training.time_budget)
+        if features.is_on("time_budget", args):
+            self._time_budget = TimeBudgetCallback(
+                args.time_budget_seconds,
+                args.time_budget_calibration_steps,
+                functools.partial(schedule_multiplier, args),
+                self._slowest,
+                self._metrics["train"],
+            )
+            self.add_callback(self._time_budget)
         self._turn_credit = None  # per-turn advantages (training.turns)
         if args.turn_advantages:
             funcs, names, weights = self.reward_funcs, self.reward_func_names, self.reward_weights
@@ -187,13 +198,27 @@ class GRPOHubTrainer(GRPOTrainer):
         """`tensor` of every rank, concatenated along dim 0 (moved to this rank's device first)."""
         return self.accelerator.gather(tensor.to(self.accelerator.device))
 
+    def _slowest(self, seconds: float) -> float:
+        """The largest of every rank's `seconds`."""
+        value = torch.tensor([seconds], dtype=torch.float64, device=self.accelerator.device)
+        return self.accelerator.reduce(value, reduction="max").item()
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """transformers' scheduler; with `time_budget_seconds` its length is re-planned as the run goes."""
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if self._time_budget is not None:
+            self._time_budget.scheduler = scheduler
+        return scheduler
+
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
-        """TRL's train; a checkpoint folder given here also restores the frozen "ref" adapter and the selective-rollout
-        state saved in it."""
+        """TRL's train; a checkpoint folder given here also restores the frozen "ref" adapter, the selective-rollout
+        state and the time budget's seconds saved in it."""
         if self._reference_callback is not None and isinstance(resume_from_checkpoint, str):
             self._reference_callback.resume_from = resume_from_checkpoint
         if self._selector is not None and isinstance(resume_from_checkpoint, str):
             self._selector_callback.resume_from = resume_from_checkpoint
+        if self._time_budget is not None and isinstance(resume_from_checkpoint, str):
+            self._time_budget.resume_from = resume_from_checkpoint
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:

@@ -174,9 +174,11 @@ def test_every_seed_starts_with_plain_trl_and_runs_each_configuration_once():
 def test_a_resumed_measurement_keeps_its_runs_and_gives_the_rest_their_seeds_budget(monkeypatch, tmp_path):
     calls = []
 
-    def fake_run(name, seed, budget, points, per_level, server_url, max_steps=None, step_marks=False):
+    def fake_run(
+        name, seed, budget, points, per_level, server_url, max_steps=None, step_marks=False, time_budget=False
+    ):
         assert (
-            max_steps is None and step_marks
+            max_steps is None and step_marks and not time_budget
         )  # equal steps: the recipe's schedule, evaluated at the same steps
         calls.append((seed, name, budget))
         wall = 300.0 + seed if name == "trl" else budget
@@ -199,6 +201,7 @@ def test_a_resumed_measurement_keeps_its_runs_and_gives_the_rest_their_seeds_bud
         json=str(tmp_path / "out.json"),
         configs=list(awc.CONFIGS),
         equal_time=None,
+        time_budget=False,
         first_seed=0,
     )
     _, first = awc.measure(cli, [])
@@ -269,8 +272,12 @@ def test_equal_time_plans_each_configurations_steps_from_its_stored_step_time(mo
     steps_json.write_text(json.dumps({"runs": stored}))
     calls = []
 
-    def fake_run(name, seed, budget, points, per_level, server_url, max_steps=None, step_marks=False):
-        assert not step_marks  # equal time: evaluated at fractions of the budget, for the time to each target
+    def fake_run(
+        name, seed, budget, points, per_level, server_url, max_steps=None, step_marks=False, time_budget=False
+    ):
+        assert (
+            not step_marks and not time_budget
+        )  # equal time: evaluated at fractions of the budget, for the time to each target
         calls.append((seed, name, budget, max_steps))
         return {"config": name, "seed": seed, "budget": budget, "wall": budget, "optimizer_steps": max_steps,
                 "schedule": "time", "points": [point(0, 0.3), point(budget, 0.4, max_steps)]}  # fmt: skip
@@ -280,13 +287,42 @@ def test_equal_time_plans_each_configurations_steps_from_its_stored_step_time(mo
         awc, "local_server", lambda port, log_dir: contextlib.nullcontext(SimpleNamespace(base_url="u"))
     )
     cli = SimpleNamespace(seeds=2, budget=None, points=4, per_level=1, json=None,
-                          configs=["trl", "server-async"], equal_time=str(steps_json), first_seed=0)  # fmt: skip
+                          configs=["trl", "server-async"], equal_time=str(steps_json), time_budget=False,
+                          first_seed=0)  # fmt: skip
     header, runs = awc.measure(cli, stored)  # the stored equal-steps async runs are not kept: they are re-run
     assert calls == [(0, "server-async", 400.0, 307), (1, "server-async", 401.0, 308)]
     assert [r["config"] for r in runs] == ["trl", "server-async"] * 2 and "own schedule" in header
     cli.configs = ["trl", "server-sync"]
     with pytest.raises(SystemExit, match="server-sync"):  # no stored step time: refused, naming it
         awc.measure(cli, stored)
+
+
+def test_time_budget_runs_let_the_setting_plan_for_plain_trls_wall_time(monkeypatch):
+    stored = [{"config": "trl", "seed": 0, "wall": 400.0, "optimizer_steps": 200, "budget": 400.0,
+               "points": [point(0, 0.3), point(400.0, 0.4, 200)]},
+              {"config": "server-async", "seed": 0, "wall": 250.0, "optimizer_steps": 200, "schedule": "time"}]  # fmt: skip
+    calls = []
+
+    def fake_run(
+        name, seed, budget, points, per_level, server_url, max_steps=None, step_marks=False, time_budget=False
+    ):
+        calls.append((seed, name, budget, max_steps, step_marks, time_budget))
+        return {"config": name, "seed": seed, "budget": budget, "wall": 399.0, "optimizer_steps": 310,
+                "schedule": awc.TIME_BUDGET, "points": [point(0, 0.3), point(399.0, 0.4, 310)]}  # fmt: skip
+
+    monkeypatch.setattr(awc, "run", fake_run)
+    monkeypatch.setattr(
+        awc, "local_server", lambda port, log_dir: contextlib.nullcontext(SimpleNamespace(base_url="u"))
+    )
+    cli = SimpleNamespace(seeds=1, budget=None, points=4, per_level=1, json=None, configs=["trl", "server-async"],
+                          equal_time=None, time_budget=True, first_seed=0)  # fmt: skip
+    header, runs = awc.measure(
+        cli, stored
+    )  # the kept plain-TRL run sets the budget; the "time" run is re-run
+    assert calls == [(0, "server-async", 400.0, None, False, True)]
+    assert "planned by time_budget_seconds" in header
+    _, again = awc.measure(cli, runs)  # a time-budget run is kept by a time-budget measurement
+    assert again == runs and len(calls) == 1
 
 
 def test_per_step_differences_are_paired_by_seed_like_a_naive_computation():

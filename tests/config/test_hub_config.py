@@ -173,6 +173,7 @@ def test_nan_in_any_trl_float_field_names_it(name):
 
 # A value away from the default, and the setting that gives it an effect (accepted with it, rejected without).
 EFFECTIVE = {
+    "time_budget_calibration_steps": (8, {"time_budget_seconds": 60.0}),
     "zero_signal_eps": (0.1, {"filter_zero_signal": True}),
     "zero_signal_normalizer": ("all", {"filter_zero_signal": True}),
     "dynamic_sampling_target_groups": (2, {"dynamic_sampling": True}),

@@ -200,6 +200,17 @@ INVALID = [
         "padding_free",
         {"padding_free": True, "model_init_kwargs": {"attn_implementation": "flash_attention_2"}},
     ),
+    ("time_budget_seconds", {"time_budget_seconds": -60.0}),
+    (
+        "time_budget_seconds",
+        {
+            "time_budget_seconds": 60.0,
+            "lr_scheduler_type": "greedy",
+            "eval_strategy": "steps",
+            "eval_steps": 1,
+        },
+    ),
+    ("time_budget_calibration_steps", {"time_budget_seconds": 60.0, "time_budget_calibration_steps": 1}),
     ("dynamic_sampling_max_rounds", {"dynamic_sampling": True, "dynamic_sampling_max_rounds": -1}),
     ("dynamic_sampling_on_cap", {"dynamic_sampling": True, "dynamic_sampling_on_cap": "skip"}),
     ("selective_rollout_mode", {"selective_rollout": True, "selective_rollout_mode": "drop"}),

@@ -1,0 +1,29 @@
+"""The length of a run trained for a wall-clock budget (`GRPOHubConfig.time_budget_seconds`).
+
+The pace is the mean wall time of the optimizer steps after the first (the first one also pays the warm-up: the
+first generation, compilation, the server's first batch). The plan is re-made after every step from the pace so far,
+so a run that slows down (longer completions) ends its schedule at the budget too.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def seconds_per_step(step: int, elapsed: float, first_step_elapsed: float) -> float:
+    """Mean wall seconds per optimizer step over steps 2..`step` (`elapsed`: wall seconds at the end of step `step`;
+    `first_step_elapsed`: at the end of step 1). Needs `step` >= 2."""
+    if step < 2:
+        raise ValueError(f"the pace needs two optimizer steps, got step {step}")
+    return max(elapsed - first_step_elapsed, 0.0) / (step - 1)
+
+
+def planned_steps(step: int, elapsed: float, pace: float, budget: float, cap: int) -> int:
+    """Optimizer steps of the whole run: the `step` done so far, plus every further step that ends within `budget`
+    wall seconds at `pace` seconds per step (none once the budget is spent), at most `cap` (the run's length without
+    a budget). The last planned step is the last one that ends inside the budget at the measured pace."""
+    if pace <= 0:
+        return cap
+    remaining = max(budget - elapsed, 0.0)
+    # the small tolerance keeps a step that fits exactly (remaining / pace an integer) from rounding down
+    return min(cap, step + math.floor(remaining / pace + 1e-9))

@@ -1,0 +1,149 @@
+"""Training for a wall-clock budget (`GRPOHubConfig.time_budget_seconds`).
+
+From optimizer step `time_budget_calibration_steps` on, after every step, the run's length (`TrainerState.max_steps`,
+which ends the loop) and the learning-rate schedule (transformers' `lr_scheduler_type` with its warmup, rebuilt for
+that length) are planned to the steps that fit in the budget (grpo_hub.algos.time_budget). Every rank plans from the
+slowest rank's clock, so all ranks stop at the same step. The training seconds spent so far are saved in each
+checkpoint and count on resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+
+import torch
+from transformers import TrainerCallback, get_scheduler
+
+from grpo_hub.algos import time_budget
+from grpo_hub.errors import field_message
+from grpo_hub.training.reference import resume_folder
+
+STATE_FILE = "time_budget.json"
+PLANNED_METRIC = "time_budget/planned_steps"
+
+
+def schedule_multiplier(args, total: int) -> Callable[[int], float]:
+    """The learning-rate multiplier by optimizer step of transformers' `args.lr_scheduler_type` (warmup from
+    `args.get_warmup_steps`) for a run of `total` steps: what `Trainer.create_scheduler` builds for that length."""
+    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = get_scheduler(
+        args.lr_scheduler_type,
+        optimizer=probe,
+        num_warmup_steps=args.get_warmup_steps(total),
+        num_training_steps=total,
+        scheduler_specific_kwargs=args.lr_scheduler_kwargs,
+    )
+    if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+        schedule_name = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)  # transformers' enum
+        raise ValueError(
+            field_message(
+                "time_budget_seconds",
+                f"re-plans the learning-rate schedule's length, which lr_scheduler_type={schedule_name!r} "
+                "does not have.",
+                "use a schedule by step (e.g. 'linear', 'cosine', 'constant_with_warmup'), or time_budget_seconds=None.",
+            )
+        )
+    return scheduler.lr_lambdas[0]
+
+
+def set_schedule_length(
+    scheduler: torch.optim.lr_scheduler.LambdaLR, multiplier: Callable[[int], float]
+) -> None:
+    """Make `multiplier` the schedule of every parameter group, and the learning rate of the coming step its value."""
+    groups = scheduler.optimizer.param_groups
+    scheduler.lr_lambdas = [multiplier] * len(groups)
+    for group, base in zip(groups, scheduler.base_lrs, strict=True):
+        group["lr"] = base * multiplier(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in groups]
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Plan the run's length to `budget` wall seconds after every optimizer step (module docstring).
+
+    `schedule`: total steps -> the learning-rate multiplier by step (`schedule_multiplier`); `reduce_max`: a float's
+    maximum over the ranks; `metrics`: the trainer's train metrics (logs the planned length); `clock`: wall seconds."""
+
+    def __init__(
+        self, budget: float, calibration_steps: int, schedule, reduce_max, metrics, clock=time.monotonic
+    ):
+        self.budget, self.calibration_steps, self.schedule = budget, calibration_steps, schedule
+        self.reduce_max, self.metrics, self.clock = reduce_max, metrics, clock
+        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = (
+            None  # set by `GRPOHubTrainer.create_scheduler`
+        )
+        self.resume_from: str | None = None  # set by GRPOHubTrainer.train(resume_from_checkpoint=<path>)
+        self.spent = {
+            "before": 0.0,
+            "first_step": None,
+            "last": 0.0,
+        }  # wall seconds: earlier runs, step 1, last
+        self._cap = self._started = None
+
+    def elapsed(self) -> float:
+        """Training seconds of the run so far, those before a resumed checkpoint included."""
+        return self.spent["before"] + self.clock() - self._started
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.scheduler is None:
+            raise ValueError(
+                field_message(
+                    "time_budget_seconds",
+                    "re-plans the learning-rate schedule the trainer creates, but none was created (a DeepSpeed "
+                    "config with its own 'scheduler' section, or a scheduler passed to the trainer).",
+                    "remove that scheduler (lr_scheduler_type sets the schedule), or set time_budget_seconds=None.",
+                )
+            )
+        self._cap = state.max_steps  # the length without a budget: max_steps, or the epochs' steps
+        if state.global_step > 0:
+            self._restore(args, state)
+        self._started = self.clock()
+
+    def _restore(self, args, state) -> None:
+        folder = resume_folder(args, state.global_step, self.resume_from, filename=STATE_FILE)
+        if folder is None:
+            raise ValueError(
+                field_message(
+                    "time_budget_seconds",
+                    f"resuming at step {state.global_step}, but no {STATE_FILE} was found in the resumed checkpoint, "
+                    "so the seconds already spent are unknown.",
+                    "resume from a checkpoint saved with time_budget_seconds set (its folder passed to "
+                    "`trainer.train(resume_from_checkpoint=...)`), or set time_budget_seconds=None.",
+                )
+            )
+        with open(os.path.join(folder, STATE_FILE)) as file:
+            saved = json.load(file)
+        self.spent = {"before": saved["elapsed"], "first_step": saved["first_step"], "last": saved["elapsed"]}
+        self._plan(state, saved["planned_steps"])
+
+    def _plan(self, state, total: int) -> None:
+        state.max_steps = total
+        set_schedule_length(self.scheduler, self.schedule(total))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        step, elapsed = state.global_step, self.reduce_max(self.elapsed())
+        self.spent["last"] = elapsed
+        if self.spent["first_step"] is None:
+            self.spent["first_step"] = elapsed
+        if step >= self.calibration_steps:  # (at least 2: config check)
+            pace = time_budget.seconds_per_step(step, elapsed, self.spent["first_step"])
+            self._plan(state, time_budget.planned_steps(step, elapsed, pace, self.budget, self._cap))
+        elif elapsed >= self.budget:  # spent before the pace is known: stop here
+            self._plan(state, step)
+        if step >= state.max_steps:
+            control.should_training_stop = True
+        self.metrics[PLANNED_METRIC].append(float(state.max_steps))
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            saved = {
+                "elapsed": self.spent["last"],
+                "first_step": self.spent["first_step"],
+                "planned_steps": state.max_steps,
+            }
+            with open(os.path.join(folder, STATE_FILE), "w") as file:
+                json.dump(saved, file)

@@ -1,0 +1,140 @@
+"""time_budget_seconds (grpo_hub/training/time_budget.py) on the tiny model with a scripted clock: one second per
+optimizer step plus a warm-up on the first, so the planned length and the learning rate of every step are known.
+The rates are checked against the schedule formulas written out, not against transformers' scheduler."""
+
+import itertools
+import json
+import math
+
+import pytest
+
+from grpo_hub.training.time_budget import PLANNED_METRIC, STATE_FILE
+from grpo_hub.training.trainer import GRPOHubTrainer
+from tests.helpers import make_trainer, tiny_config
+
+LR, CAP, WARM_UP = 1e-2, 20, 3.0
+
+
+def scripted_clock(start: float = 0.0):
+    """Wall seconds read by the callback: `start` at train begin, then WARM_UP + 1 at step 1's end and 1 s more at
+    each later step's (the callback reads the clock once at train begin and once per optimizer step)."""
+    reads = itertools.count()
+    return lambda: start + (lambda n: 0.0 if n == 0 else WARM_UP + n)(next(reads))
+
+
+def budget_trainer(tmp_path, model_dir, clock, **overrides):
+    settings = {"max_steps": CAP, "learning_rate": LR, "time_budget_seconds": 9.5, **overrides}
+    trainer = make_trainer(GRPOHubTrainer, model_dir, tiny_config(tmp_path, **settings))
+    trainer._time_budget.clock = clock
+    return trainer
+
+
+def logged(trainer, key: str) -> list[float]:
+    return [entry[key] for entry in trainer.state.log_history if key in entry and "loss" in entry]
+
+
+def linear(step: int, total: int) -> float:
+    return max(0.0, (total - step) / total)
+
+
+def test_the_run_ends_its_linear_schedule_at_the_budget(tmp_path, tiny_model_dir):
+    # step s ends at 3 + s seconds; pace after step 1: 1 s; budget 9.5 s: the last step that fits is 6 (9 s)
+    trainer = budget_trainer(tmp_path, tiny_model_dir, scripted_clock())
+    trainer.train()
+    assert trainer.state.global_step == 6
+    # steps 1-4 run on the upper bound's schedule (20 steps); the plan at step 4 (calibration) makes it 6 steps long
+    expected = [LR * linear(s - 1, CAP) for s in range(1, 5)] + [LR * linear(s - 1, 6) for s in (5, 6)]
+    assert logged(trainer, "learning_rate") == pytest.approx(expected, rel=1e-6)
+    assert logged(trainer, PLANNED_METRIC) == [CAP, CAP, CAP, 6, 6, 6]
+
+
+def test_warmup_and_cosine_are_rebuilt_for_the_planned_length(tmp_path, tiny_model_dir):
+    trainer = budget_trainer(
+        tmp_path,
+        tiny_model_dir,
+        scripted_clock(),
+        lr_scheduler_type="cosine",
+        warmup_steps=0.25,  # a fraction of the run: 5 of 20 steps, then 2 of the 6 planned
+        time_budget_calibration_steps=2,
+    )
+    trainer.train()
+
+    def cosine(step, total):
+        warmup = math.ceil(0.25 * total)
+        if step < warmup:
+            return step / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
+
+    assert trainer.state.global_step == 6
+    expected = [LR * cosine(0, CAP), LR * cosine(1, CAP)] + [LR * cosine(s - 1, 6) for s in range(3, 7)]
+    assert logged(trainer, "learning_rate") == pytest.approx(expected, rel=1e-6, abs=1e-12)
+
+
+def test_a_budget_that_fits_more_steps_keeps_the_upper_bound(tmp_path, tiny_model_dir):
+    trainer = budget_trainer(
+        tmp_path, tiny_model_dir, scripted_clock(), max_steps=5, time_budget_seconds=1000.0
+    )
+    trainer.train()
+    assert trainer.state.global_step == 5
+    assert logged(trainer, "learning_rate") == pytest.approx([LR * linear(s, 5) for s in range(5)], rel=1e-6)
+
+
+def test_a_budget_spent_before_the_pace_is_known_stops_the_run(tmp_path, tiny_model_dir):
+    trainer = budget_trainer(tmp_path, tiny_model_dir, scripted_clock(), time_budget_seconds=5.0)
+    trainer.train()  # step 1 ends at 4 s, step 2 at 5 s: spent before the calibration step 4
+    assert trainer.state.global_step == 2
+
+
+def test_the_slowest_rank_sets_the_plan(tmp_path, tiny_model_dir):
+    alone = budget_trainer(tmp_path / "alone", tiny_model_dir, scripted_clock(), time_budget_seconds=20.0)
+    alone.train()  # step s ends at 3 + s s: pace 1 s, 13 more steps after step 4 (7 s)
+    assert alone.state.global_step == 17
+    trainer = budget_trainer(tmp_path, tiny_model_dir, scripted_clock(), time_budget_seconds=20.0)
+    trainer._time_budget.reduce_max = lambda seconds: 2 * seconds  # another rank runs at half the speed
+    trainer.train()  # there step s ends at 2 (3 + s) s: pace 2 s, 3 more steps after step 4 (14 s)
+    assert trainer.state.global_step == 7
+
+
+def test_a_resumed_run_counts_the_seconds_before_its_checkpoint(tmp_path, tiny_model_dir):
+    full = budget_trainer(
+        tmp_path / "full", tiny_model_dir, scripted_clock(), save_strategy="steps", save_steps=2
+    )
+    full.train()
+    checkpoint = tmp_path / "full" / "checkpoint-4"
+    saved = json.loads((checkpoint / STATE_FILE).read_text())
+    assert saved == {"elapsed": 7.0, "first_step": 4.0, "planned_steps": 6}
+    # the resumed process has its own clock: 0 at train begin, 1 s per step (no warm-up: the checkpoint had it)
+    resumed = budget_trainer(tmp_path / "resumed", tiny_model_dir, lambda: next(ticks))
+    ticks = itertools.count()
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed.state.global_step == 6  # 7 s + 1 s per step: steps 5 (8 s) and 6 (9 s) fit
+    # its log history continues the checkpoint's: steps 1-4 as saved, then 5 and 6 on the same schedule
+    assert logged(resumed, "learning_rate") == pytest.approx(logged(full, "learning_rate"), rel=1e-6)
+
+
+def test_a_checkpoint_without_the_spent_seconds_is_refused(tmp_path, tiny_model_dir):
+    first = make_trainer(
+        GRPOHubTrainer,
+        tiny_model_dir,
+        tiny_config(tmp_path, max_steps=2, save_strategy="steps", save_steps=2),
+    )
+    first.train()
+    resumed = budget_trainer(tmp_path, tiny_model_dir, scripted_clock(), max_steps=4)
+    with pytest.raises(ValueError, match=f"`time_budget_seconds`: resuming at step 2, but no {STATE_FILE}"):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"time_budget_seconds": 0.0}, "`time_budget_seconds`: must be > 0"),
+        ({"time_budget_calibration_steps": 1}, "`time_budget_calibration_steps`: must be >= 2"),
+        (
+            {"lr_scheduler_type": "reduce_lr_on_plateau", "eval_strategy": "steps", "eval_steps": 1},
+            "schedule by step",
+        ),
+    ],
+)
+def test_bad_settings_name_the_field(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config(tmp_path, **{"time_budget_seconds": 60.0, **overrides})
