@@ -28,6 +28,22 @@ def assert_trained_in_sync(result: dict, steps: int) -> None:
     assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"], "the ranks' weights diverged"
 
 
+# grpo_worker.py arguments of a time-budget run: rank 1's scripted clock runs at half rank 0's speed
+TIME_BUDGET_RUN = ["--scenario", "task", "--max-steps", "20", "--scripted-clock", "--trainer", "hub",
+                   "--hub-config", '{"time_budget_seconds": 20.0}']  # fmt: skip
+
+
+def assert_stopped_at_the_slowest_ranks_plan(result: dict) -> None:
+    """TIME_BUDGET_RUN: rank 0 alone would plan 17 steps (1 s per step, 7 s spent at step 4); rank 1 (2 s per step,
+    14 s spent) leaves room for 3 more: both ranks plan 7 and stop there, on the same schedule."""
+    assert_trained_in_sync(result, steps=7)
+    logged = [[entry for entry in rank["log_history"] if "loss" in entry] for rank in result["ranks"]]
+    planned = [[entry["time_budget/planned_steps"] for entry in rank] for rank in logged]
+    assert planned[0] == planned[1] == [20, 20, 20, 7, 7, 7, 7]
+    rates = [[entry["learning_rate"] for entry in rank] for rank in logged]
+    assert rates[0] == rates[1] and rates[0][-1] < rates[0][0] * 3 / 7  # the 7-step schedule's end, not 20's
+
+
 def padding_free_runs(settings: dict, eos_token_id: int) -> dict:
     """Hub configs of a padded and a padding-free run: plain SGD (its step is proportional to the gradient, so the
     weights compare to fp32 rounding) and generation that favours the end token, so completions vary in length."""

@@ -46,7 +46,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of all weights")
     parser.add_argument("--hub-config", default="{}", help="JSON of GRPOHubConfig fields (--trainer hub)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--scripted-clock",
+        action="store_true",
+        help="time_budget_seconds reads a scripted clock: rank k's step s ends at (k + 1) (3 + s) seconds",
+    )
     return parser.parse_args(argv)
+
+
+def scripted_clock(rank: int):
+    """Rank `rank`'s clock for the time budget: 0 at train begin, then (rank + 1) (3 + n) at its n-th step end."""
+    reads = iter(range(10_000))
+    return lambda: 0.0 if (n := next(reads)) == 0 else (rank + 1) * (3.0 + n)
 
 
 def trainable_state(model) -> dict[str, torch.Tensor]:
@@ -115,6 +126,8 @@ def train(args: argparse.Namespace, result_dir: Path) -> None:
     config = build_config(args, str(result_dir / "trainer_output"))
     scored: Counter = Counter()
     trainer = build_trainer(args, config, scored)
+    if args.scripted_clock:
+        trainer._time_budget.clock = scripted_clock(trainer.accelerator.process_index)
     scored_tokens = count_scored_tokens(trainer.model)
     before = trainable_state(trainer.model)
     train_output = trainer.train()

@@ -15,7 +15,9 @@ from transformers import AutoTokenizer
 from grpo_hub.tasks import build_tiny_model
 from tests.helpers import step_logs
 from tests.training.distributed.checks import (
+    TIME_BUDGET_RUN,
     assert_padding_free_matches,
+    assert_stopped_at_the_slowest_ranks_plan,
     assert_trained_in_sync,
     assert_two_rank_world,
     padding_free_runs,
@@ -49,6 +51,7 @@ RUNS = {
         "--scenario", "task", "--max-steps", "20", "--learning-rate", "1e-2", "--seed", "3",
         hub_config={"filter_zero_signal": True},
     ),
+    "time_budget": TIME_BUDGET_RUN,
 }  # fmt: skip
 EOS = AutoTokenizer.from_pretrained(build_tiny_model()).eos_token_id
 for _name, _config in padding_free_runs({}, EOS).items():  # full fine-tuning and LoRA, 3 steps each
@@ -74,6 +77,10 @@ def test_plain_trl_runs_on_two_gloo_ranks_with_the_crafted_layout(runs):
     assert result["ranks"][1]["scored"] == {"flat": 2 * 2 * ROWS_PER_RANK}
     assert [entry["frac_reward_zero_std"] for entry in step_logs(result)] == [0.5, 0.5]
     assert_trained_in_sync(result, steps=2)
+
+
+def test_both_ranks_stop_at_the_slowest_ranks_plan(runs):
+    assert_stopped_at_the_slowest_ranks_plan(runs["time_budget"])
 
 
 def test_all_rows_filtered_on_both_ranks_is_a_no_op_step(runs):

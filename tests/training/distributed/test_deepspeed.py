@@ -16,7 +16,9 @@ from grpo_hub.tasks import build_tiny_model
 from tests.conftest import requires
 from tests.helpers import step_logs
 from tests.training.distributed.checks import (
+    TIME_BUDGET_RUN,
     assert_padding_free_matches,
+    assert_stopped_at_the_slowest_ranks_plan,
     assert_trained_in_sync,
     assert_two_rank_world,
     padding_free_runs,
@@ -54,6 +56,7 @@ def runs(request) -> dict:
         pf_run = ["--trainer", "hub", "--scenario", "task", "--max-steps", "3", "--learning-rate", "0.1",
                   "--hub-config", json.dumps(config)]  # fmt: skip
         runs[name], runs[f"{name}_full"] = [*pf_run, "--lora"], pf_run
+    runs["time_budget"] = [*TIME_BUDGET_RUN, "--lora"]
     return run_accelerate_runs(request.param, "grpo_worker.py", runs)
 
 
@@ -74,6 +77,11 @@ def test_lora_training_with_one_rank_fully_filtered(runs):
     rewards = [entry["rewards/task_on_live/mean"] for entry in logs]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last > first + 0.15, rewards
+
+
+def test_time_budget_ranks_stop_at_the_slowest_ranks_plan_under_deepspeed(runs):
+    """DeepSpeed takes transformers' scheduler (its config has no "scheduler" section): the plan re-lengthens it."""
+    assert_stopped_at_the_slowest_ranks_plan(runs["time_budget"])
 
 
 def test_packed_filtering_matches_unpacked_under_deepspeed(runs):
