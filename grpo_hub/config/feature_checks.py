@@ -6,6 +6,7 @@ Rules that involve two features are conflicts (grpo_hub.config.conflicts).
 from __future__ import annotations
 
 from grpo_hub.algos import advantages, importance, loss_types, losses, padding_free, selection
+from grpo_hub.config.lr_schedule import schedule_multiplier
 from grpo_hub.config.validation import check_choice, check_positive
 from grpo_hub.config.vllm_checks import check_sampler_matches_trainer
 from grpo_hub.errors import field_error
@@ -234,9 +235,7 @@ def check_padding_free(c) -> None:
 
 def check_time_budget(c) -> None:
     """A positive budget, a pace measured over at least one step after the first, and a schedule by step (one
-    transformers can rebuild for another length: grpo_hub.training.time_budget.schedule_multiplier raises)."""
-    from grpo_hub.training.time_budget import schedule_multiplier  # the trainer's side imports the config
-
+    transformers can rebuild for another length: `lr_schedule.schedule_multiplier` raises)."""
     if c.time_budget_seconds is None:
         return
     check_positive("time_budget_seconds", c.time_budget_seconds)

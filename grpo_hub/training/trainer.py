@@ -19,6 +19,7 @@ from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos.loss_denominator import batch_counts, micro_batch_denominator
 from grpo_hub.config import features
 from grpo_hub.config.hub_config import GRPOHubConfig
+from grpo_hub.config.lr_schedule import schedule_multiplier
 from grpo_hub.config.vllm_checks import is_path_line, scoring_forward_reason, uses_sampler_logprobs
 from grpo_hub.generation import loss_time_is
 from grpo_hub.generation.is_diagnostics import edit_is_weights
@@ -44,7 +45,7 @@ from grpo_hub.training.reference import (
     trained_adapter_name,
 )
 from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback, signature_columns
-from grpo_hub.training.time_budget import TimeBudgetCallback, schedule_multiplier
+from grpo_hub.training.time_budget import TimeBudgetCallback
 from grpo_hub.training.turns import TurnCredit
 
 check_trl_seams(GRPOTrainer)
