@@ -205,9 +205,10 @@ class GRPOHubTrainer(GRPOTrainer):
         return self.accelerator.reduce(value, reduction="max").item()
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
-        """transformers' scheduler; with `time_budget_seconds` its length is re-planned as the run goes."""
+        """transformers' scheduler; with `time_budget_seconds` the length of one it creates (not one passed in
+        `optimizers`) is re-planned as the run goes."""
         scheduler = super().create_scheduler(num_training_steps, optimizer)
-        if self._time_budget is not None:
+        if self._time_budget is not None and self._created_lr_scheduler:
             self._time_budget.scheduler = scheduler
         return scheduler
 

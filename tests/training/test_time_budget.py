@@ -7,10 +7,12 @@ import json
 import math
 
 import pytest
+import torch
 
+from grpo_hub.tasks import SMOKE_TASK, get_reward_funcs, load_task_dataset
 from grpo_hub.training.time_budget import PLANNED_METRIC, STATE_FILE
 from grpo_hub.training.trainer import GRPOHubTrainer
-from tests.helpers import make_trainer, tiny_config
+from tests.helpers import load_model, make_trainer, tiny_config
 
 LR, CAP, WARM_UP = 1e-2, 20, 3.0
 
@@ -122,6 +124,22 @@ def test_a_checkpoint_without_the_spent_seconds_is_refused(tmp_path, tiny_model_
     resumed = budget_trainer(tmp_path, tiny_model_dir, scripted_clock(), max_steps=4)
     with pytest.raises(ValueError, match=f"`time_budget_seconds`: resuming at step 2, but no {STATE_FILE}"):
         resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+
+
+def test_a_scheduler_passed_to_the_trainer_is_refused(tmp_path, tiny_model_dir):
+    model, tokenizer = load_model(tiny_model_dir)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    trainer = GRPOHubTrainer(
+        model=model,
+        reward_funcs=get_reward_funcs(SMOKE_TASK),
+        args=tiny_config(tmp_path, time_budget_seconds=60.0),
+        train_dataset=load_task_dataset(SMOKE_TASK, n=16, seed=0),
+        processing_class=tokenizer,
+        optimizers=(optimizer, scheduler),
+    )
+    with pytest.raises(ValueError, match="`time_budget_seconds`: .*a scheduler passed to the trainer"):
+        trainer.train()
 
 
 @pytest.mark.parametrize(
