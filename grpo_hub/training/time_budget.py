@@ -47,15 +47,11 @@ class TimeBudgetCallback(TrainerCallback):
     ):
         self.budget, self.calibration_steps, self.schedule = budget, calibration_steps, schedule
         self.reduce_max, self.metrics, self.clock = reduce_max, metrics, clock
-        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = (
-            None  # set by `GRPOHubTrainer.create_scheduler`
-        )
-        self.resume_from: str | None = None  # set by GRPOHubTrainer.train(resume_from_checkpoint=<path>)
-        self.spent = {
-            "before": 0.0,
-            "first_step": None,
-            "last": 0.0,
-        }  # wall seconds: earlier runs, step 1, last
+        # set by GRPOHubTrainer: `create_scheduler`, and `train(resume_from_checkpoint=<path>)`
+        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        self.resume_from: str | None = None
+        # wall seconds: spent before this train() call, at the end of step 1, at the end of the last step
+        self.spent = {"before": 0.0, "first_step": None, "last": 0.0}
         self._cap = self._started = None
 
     def elapsed(self) -> float:
