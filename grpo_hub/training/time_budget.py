@@ -91,8 +91,11 @@ class TimeBudgetCallback(TrainerCallback):
         self._plan(state, saved["planned_steps"])
 
     def _plan(self, state, total: int) -> None:
-        state.max_steps = total
-        set_schedule_length(self.scheduler, self.schedule(total))
+        """Make `total` the run's length; the schedule is rebuilt only when it changes (the scheduler already has
+        the length of `state.max_steps`: the upper bound's at first, then the last plan's)."""
+        if total != state.max_steps:
+            state.max_steps = total
+            set_schedule_length(self.scheduler, self.schedule(total))
 
     def on_step_end(self, args, state, control, **kwargs):
         step, elapsed = state.global_step, self.reduce_max(self.elapsed())
