@@ -25,7 +25,7 @@ import os
 import statistics
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from types import SimpleNamespace
 
 import torch
@@ -33,11 +33,19 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, Qwen2Config
 from trl.trainer.utils import add_fused_lm_head
 
-from benchmarks.common import QUIET_CPU_RUN, QWEN25_05B_CONFIG, interleaved_times, print_table, ratio_spread
+from benchmarks.common import (
+    DEVICES,
+    QUIET_CPU_RUN,
+    QWEN25_05B_CONFIG,
+    check_device,
+    interleaved_times,
+    print_table,
+    ratio_spread,
+)
 from benchmarks.time_to_accuracy import chain_trainer, recipe_settings
 from grpo_hub import GRPOHubConfig
 from grpo_hub.tasks import chain
-from grpo_hub.training.padding_free import PaddingFreeForward
+from grpo_hub.training.padding_free import BIN_TOKENS, PaddingFreeForward
 
 RECIPE = "recipes/configs/chain.yaml"
 CONFIGS = {"padded": False, "padding-free": True}
@@ -49,13 +57,14 @@ class Work:
     the activations autograd saves for the backward (the model's own parameters, saved by reference, left out)."""
 
     def __init__(self, model):
-        self.tokens = self.forwards = self.saved = self.peak_saved = 0
+        self.tokens = self.forwards = self.rows = self.saved = self.peak_saved = 0
         self.parameters = {p.data_ptr() for p in model.parameters()}
         model.register_forward_pre_hook(self.count, with_kwargs=True)
 
     def count(self, module, args, kwargs):
         if torch.is_grad_enabled() and "labels" in kwargs:
             self.tokens += kwargs["input_ids"].numel()
+            self.rows += kwargs["input_ids"].size(0)
             self.forwards += 1
 
     def saving(self):
@@ -137,15 +146,67 @@ def long_tail_batch(rows: int, max_completion: int, generator: torch.Generator, 
     return ids, mask, width_c
 
 
-def measure_long_tail(reps: int, rows: int, max_completion: int, layers: int) -> list[list[str]]:
-    shape = {**QWEN25_05B_CONFIG, "num_hidden_layers": layers, "vocab_size": 32768}
+def long_tail_model(layers: int, vocab: int, device: str, dtype: torch.dtype):
+    """The Qwen2.5-0.5B layer shape with `layers` layers and a `vocab`-token vocabulary, random weights (seed 0) in
+    `dtype` on `device`, TRL's fused LM head, LoRA r 16 on every linear layer."""
+    shape = {**QWEN25_05B_CONFIG, "num_hidden_layers": layers, "vocab_size": vocab}
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(Qwen2Config(**shape, pad_token_id=0))
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(Qwen2Config(**shape, pad_token_id=0), dtype=dtype)
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
-    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+    return get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+
+
+class PeakMemory:
+    """Peak memory of one forward + backward: on CUDA the allocator's peak above what was allocated before it, on
+    the CPU the activations autograd saves (`Work.saving`), a deterministic stand-in."""
+
+    def __init__(self, device: str, work: Work):
+        self.cuda, self.work = device == "cuda", work
+
+    @contextmanager
+    def measuring(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+            yield
+        else:
+            self.work.peak_saved = 0
+            self.work.reset_saved()
+            with self.work.saving():
+                yield
+
+    def peak(self) -> int:
+        return torch.cuda.max_memory_allocated() - self.base if self.cuda else self.work.peak_saved
+
+
+def gpu_busy(run) -> str:
+    """Seconds the GPU's kernels ran during one `run()` forward + backward (torch.profiler) / its wall seconds: where
+    the kernels fill a small share of the wall time, the micro-step is bound by launch latency, not by its tokens."""
+    start = time.perf_counter()
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+            logps, entropies = run()
+            (logps.float().sum() + entropies.float().sum()).backward()
+            torch.cuda.synchronize()
+    except Exception as error:  # a diagnosis only: the measured table stands without it
+        return f"profiler failed: {type(error).__name__}: {error}"
+    wall = time.perf_counter() - start
+    kernels = sum(event.self_device_time_total for event in profile.key_averages()) / 1e6
+    return f"{kernels:.3f} / {wall:.3f}"
+
+
+def measure_long_tail(
+    reps: int, rows: int, max_completion: int, layers: int, device: str = "cpu", dtype: torch.dtype = torch.float32,
+    vocab: int = 32768, bins: dict[str, int] | None = None,
+) -> list[list[str]]:  # fmt: skip
+    """The padded forward against padding-free ones (`bins`: name -> `bin_tokens`; default the trainer's bins),
+    fwd + bwd, interleaved; the first batch warms up and gives the largest log-prob difference to the padded one."""
+    model = long_tail_model(layers, vocab, device, dtype)
     generator = torch.Generator().manual_seed(0)
-    batches = [long_tail_batch(rows, max_completion, generator, shape["vocab_size"]) for _ in range(reps + 1)]
-    packed_forward = PaddingFreeForward(0, nullcontext)
+    batches = [long_tail_batch(rows, max_completion, generator, vocab) for _ in range(reps + 1)]
+    batches = [(ids.to(device), mask.to(device), keep) for ids, mask, keep in batches]
 
     def padded(ids, mask, keep):
         labels = ids.masked_fill(mask == 0, -100)
@@ -153,36 +214,54 @@ def measure_long_tail(reps: int, rows: int, max_completion: int, layers: int) ->
         out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
         return out.log_probs[:, -keep:], out.entropy[:, -keep:]
 
-    def packed(ids, mask, keep):
-        return packed_forward(model, ids, mask, keep, compute_entropy=True)[:2]
+    def packed_with(bin_tokens):
+        forward = PaddingFreeForward(0, nullcontext, bin_tokens)
+        return lambda ids, mask, keep: forward(model, ids, mask, keep, compute_entropy=True)[:2]
 
-    runs = {"padded": padded, "padding-free": packed}
+    bins = bins or {"padding-free": BIN_TOKENS}
+    runs = {"padded": padded, **{name: packed_with(tokens) for name, tokens in bins.items()}}
     times = {name: [] for name in runs}
     tokens = {name: 0 for name in runs}
+    bin_rows = {name: 0 for name in runs}
     work = Work(model)
-    saved = {}
+    memory = PeakMemory(device, work)
+    peak, difference = {}, {}
+    clock = time.process_time if device == "cpu" else time.perf_counter
     for rep, (ids, mask, keep) in enumerate(batches):
         names = list(runs) if rep % 2 == 0 else list(runs)[::-1]
         for name in names:
             model.zero_grad()
-            work.tokens = work.peak_saved = 0
-            work.reset_saved()
-            start = time.process_time()
-            with work.saving():
+            work.tokens = work.forwards = work.rows = 0
+            with memory.measuring():
+                start = clock()
                 logps, entropies = runs[name](ids, mask, keep)
-            (logps.sum() + entropies.sum()).backward()
+                (logps.float().sum() + entropies.float().sum()).backward()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                elapsed = clock() - start
             if rep:  # the first batch warms up
-                times[name].append(time.process_time() - start)
+                times[name].append(elapsed)
                 tokens[name] += work.tokens
-                saved[name] = max(saved.get(name, 0), work.peak_saved)
+                bin_rows[name] += work.rows
+                peak[name] = max(peak.get(name, 0), memory.peak())
+            else:
+                scored = mask[:, -keep:].bool()
+                difference[name] = logps.detach().float()[scored]
     real = sum(int(mask.sum()) for _, mask, _ in batches[1:])
+    ids, mask, keep = batches[-1]
+    busy = {
+        name: gpu_busy(lambda run=run: run(ids, mask, keep)) if device == "cuda" else "-"
+        for name, run in runs.items()
+    }
     table = []
     for name in runs:
         spread = ratio_spread(times[name], times["padded"])
+        gap = (difference[name] - difference["padded"]).abs().max().item()
         table.append([
             name, f"{statistics.median(times[name]):.3f}",
             f"{spread.median:.3f} ({spread.low:.3f}-{spread.high:.3f})", f"{tokens[name] / reps:,.0f}",
-            f"{1 - real / tokens[name]:.1%}", "1", f"{saved[name] / MIB:.1f}",
+            f"{1 - real / tokens[name]:.1%}", "1", f"{bin_rows[name] / reps:.1f}", f"{peak[name] / MIB:,.1f}",
+            f"{gap:.2e}", busy[name],
         ])  # fmt: skip
     return table
 
@@ -193,26 +272,64 @@ def main() -> None:
     )
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--threads", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="cuda: the long tail only, bf16, full size (24 layers, Qwen2.5's vocabulary)")  # fmt: skip
     parser.add_argument("--rows", type=int, default=8, help="long tail: rows of the micro-batch")
     parser.add_argument("--max-completion", type=int, default=512, help="long tail: longest completion")
+    parser.add_argument(
+        "--shapes", default="", help="long tail: ROWSxMAX_COMPLETION,... instead of the two above"
+    )
     parser.add_argument("--layers", type=int, default=2, help="long tail: decoder layers")
+    parser.add_argument(
+        "--bins", default="", help="long tail: NAME=BIN_TOKENS,... (default: the trainer's bins)"
+    )
     parser.add_argument("--skip-long-tail", action="store_true")
     parser.add_argument("--quick", action="store_true", help="2 repetitions, a 64-token long tail of 4 rows")
     cli = parser.parse_args()
     if cli.quick:
         cli.reps, cli.rows, cli.max_completion, cli.layers = 2, 4, 64, 1
-    if cli.threads == 1:
-        os.sched_setaffinity(0, {0})
-    torch.set_num_threads(cli.threads)
-    header = ["forwards", "train s", "ratio (min-max)", "tokens / micro-step", "padding", "micro-steps",
-              "saved MiB"]  # fmt: skip
-    print(f"## Main job, one step per repetition, {cli.reps} repetitions, {cli.threads} thread(s)\n")
-    print_table(header, measure_main_job(cli.reps, cli.threads))
-    if not cli.skip_long_tail:
-        print(f"\n## Long tail: {cli.rows} rows, completions up to {cli.max_completion} tokens (mean 40 %), "
-              f"{cli.layers} Qwen2.5-0.5B-shaped layers, one thread\n")  # fmt: skip
+    cuda = cli.device == "cuda"
+    if cuda:
+        check_device("cuda")
+        cli.layers, vocab, dtype = (
+            QWEN25_05B_CONFIG["num_hidden_layers"],
+            QWEN25_05B_CONFIG["vocab_size"],
+            torch.bfloat16,
+        )
+    else:
+        vocab, dtype = 32768, torch.float32
+        if cli.threads == 1:
+            os.sched_setaffinity(0, {0})
+        torch.set_num_threads(cli.threads)
+    header = [
+        "forwards",
+        "train s",
+        "ratio (min-max)",
+        "tokens / micro-step",
+        "padding",
+        "micro-steps",
+        "saved MiB",
+    ]
+    if not cuda:
+        print(f"## Main job, one step per repetition, {cli.reps} repetitions, {cli.threads} thread(s)\n")
+        print_table(header, measure_main_job(cli.reps, cli.threads))
+    header[-1:] = ["bins", "peak MiB" if cuda else "saved MiB", "max log-prob gap", "GPU kernels s / wall s"]
+    if cli.skip_long_tail:
+        return
+    shapes = [tuple(map(int, shape.split("x"))) for shape in cli.shapes.split(",") if shape] or [
+        (cli.rows, cli.max_completion)
+    ]
+    bins = {name: int(tokens) for name, tokens in (item.split("=") for item in cli.bins.split(",") if item)}
+    if not cuda:
         torch.set_num_threads(1)
-        print_table(header, measure_long_tail(cli.reps, cli.rows, cli.max_completion, cli.layers))
+    for rows, max_completion in shapes:
+        print(f"\n## Long tail: {rows} rows, completions up to {max_completion} tokens (mean 40 %), {cli.layers} "
+              f"Qwen2.5-0.5B-shaped layers, vocabulary {vocab:,}, {dtype}, {cli.device}"
+              f"{'' if cuda else ', one thread'}\n")  # fmt: skip
+        print_table(header, measure_long_tail(cli.reps, rows, max_completion, cli.layers, cli.device, dtype, vocab,
+                                              bins))  # fmt: skip
+        if cuda:
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
