@@ -6,18 +6,24 @@ main job   the LoRA main job (`recipes/configs/chain.yaml`: the shipped chain mo
            same rollouts: torch is reseeded before each generation, with a new seed each repetition), interleaved
            repetitions of one step each. Train part = the step minus `_prepare_inputs` (generation, rewards):
            forward, backward, optimizer step. One thread pinned to one core (process CPU time), or `--threads 2` (wall
-           time: CPU time adds the threads up).
+           time: CPU time adds the threads up). `--recipe`: another recipe's step (e.g. chain-full.yaml: full
+           fine-tuning).
 long tail  one micro-batch at the Qwen2.5-0.5B layer shape (hidden 896, 14 / 2 heads, MLP 4,864, LoRA r 16 on every
            linear layer) at a reduced size (`--layers`, vocabulary 32,768: the CPU's), random weights: `--rows` rows,
            prompts of 32-96 tokens, completions of up to `--max-completion` tokens drawn from Beta(1.2, 1.8) (mean 40 %
            of the maximum, a long right tail), TRL's layout (padded to the longest); the padded forward with TRL's
-           fused LM head against `training.padding_free.PaddingFreeForward`, fwd + bwd, interleaved.
+           fused LM head against `training.padding_free.PaddingFreeForward`, fwd + bwd, interleaved. `--shapes`: several
+           (rows, longest completion); `--bins`: padding-free forwards with other bin targets beside the trainer's.
+           `--device cuda`: the long tail only, at the full size (24 layers, Qwen2.5's vocabulary), bf16.
 
 Printed per configuration: median seconds and the paired ratio (median, min, max), tokens computed per micro-step
 and the padding among them, micro-steps, and the activations saved for the backward (MiB: the tensors autograd keeps,
-a deterministic stand-in for the peak memory of a CPU step).
+a deterministic stand-in for the peak memory of a CPU step; on CUDA the allocator's peak), the long tail's largest
+log-prob difference to the padded forward, and on CUDA the GPU kernels' seconds in one profiled forward + backward
+against its wall seconds (a small share: the micro-step is bound by launch latency, not by its tokens).
 
-    python -m benchmarks.padding_free [--reps 7] [--threads 1|2] [--skip-long-tail] [--quick]
+    python -m benchmarks.padding_free [--reps 7] [--threads 1|2] [--recipe YAML] [--skip-long-tail] [--quick]
+    python -m benchmarks.padding_free --device cuda --reps 30 --shapes 8x1024,16x1024,32x512 --bins big=4096
 """
 
 import argparse
@@ -82,8 +88,8 @@ class Work:
         self.saved = 0
 
 
-def main_job_trainer(padding_free: bool):
-    fields, lora = recipe_settings(RECIPE)
+def main_job_trainer(recipe: str, padding_free: bool):
+    fields, lora = recipe_settings(recipe)
     prompts = fields.pop("num_prompts")
     args = GRPOHubConfig(**{**fields, **QUIET_CPU_RUN, "output_dir": tempfile.mkdtemp(), "learning_rate": 0.0,
                             "max_steps": 1, "padding_free": padding_free})  # fmt: skip
@@ -100,8 +106,8 @@ def main_job_trainer(padding_free: bool):
     return trainer
 
 
-def measure_main_job(reps: int, threads: int) -> list[list[str]]:
-    trainers = {name: main_job_trainer(on) for name, on in CONFIGS.items()}
+def measure_main_job(reps: int, threads: int, recipe: str = RECIPE) -> list[list[str]]:
+    trainers = {name: main_job_trainer(recipe, on) for name, on in CONFIGS.items()}
     work = {name: Work(trainer.model) for name, trainer in trainers.items()}
     real = {name: [0] for name in trainers}
     for name, trainer in trainers.items():  # the real tokens of each training micro-batch
@@ -272,6 +278,7 @@ def main() -> None:
     )
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--threads", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--recipe", default=RECIPE, help="main job: the recipe YAML whose step is measured")
     parser.add_argument("--device", choices=DEVICES, default="cpu",
                         help="cuda: the long tail only, bf16, full size (24 layers, Qwen2.5's vocabulary)")  # fmt: skip
     parser.add_argument("--rows", type=int, default=8, help="long tail: rows of the micro-batch")
@@ -311,8 +318,10 @@ def main() -> None:
         "saved MiB",
     ]
     if not cuda:
-        print(f"## Main job, one step per repetition, {cli.reps} repetitions, {cli.threads} thread(s)\n")
-        print_table(header, measure_main_job(cli.reps, cli.threads))
+        print(
+            f"## Main job ({cli.recipe}), one step per repetition, {cli.reps} repetitions, {cli.threads} thread(s)\n"
+        )
+        print_table(header, measure_main_job(cli.reps, cli.threads, cli.recipe))
     header[-1:] = ["bins", "peak MiB" if cuda else "saved MiB", "max log-prob gap", "GPU kernels s / wall s"]
     if cli.skip_long_tail:
         return

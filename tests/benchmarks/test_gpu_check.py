@@ -9,6 +9,7 @@ import torch
 from benchmarks import gpu_check
 from benchmarks.__main__ import main as benchmarks_main
 from benchmarks.filtering import main as filtering_main
+from benchmarks.padding_free import main as padding_free_main
 from benchmarks.scoring_forward import main as scoring_forward_main
 from benchmarks.time_to_accuracy import main as time_to_accuracy_main
 
@@ -74,13 +75,19 @@ def test_exit_status_counts_unexpected_outcomes(monkeypatch, tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a CUDA GPU")
 @pytest.mark.parametrize(
     "main",
-    [benchmarks_main, filtering_main, scoring_forward_main, time_to_accuracy_main],
-    ids=["benchmarks", "benchmarks.filtering", "benchmarks.scoring_forward", "benchmarks.time_to_accuracy"],
+    [benchmarks_main, filtering_main, scoring_forward_main, time_to_accuracy_main, padding_free_main],
+    ids=[
+        "benchmarks",
+        "benchmarks.filtering",
+        "benchmarks.scoring_forward",
+        "benchmarks.time_to_accuracy",
+        "benchmarks.padding_free",
+    ],  # fmt: skip
 )
 def test_device_cuda_without_a_gpu_fails_with_the_fix(main, monkeypatch):
-    monkeypatch.setattr("sys.argv", ["benchmark", "--device", "cuda"])  # time_to_accuracy reads sys.argv
+    monkeypatch.setattr("sys.argv", ["benchmark", "--device", "cuda"])  # these two read sys.argv
     with pytest.raises(SystemExit) as exit_info:
-        main(["--device", "cuda"]) if main is not time_to_accuracy_main else main()
+        main() if main in (time_to_accuracy_main, padding_free_main) else main(["--device", "cuda"])
     message = str(exit_info.value.code)
     assert "--device cuda" in message and "sees no CUDA GPU" in message and "--device cpu" in message
 
