@@ -181,9 +181,19 @@ def test_every_config_parses(recipe, name):
         "arithmetic": {"num_generations": 8, "max_completion_length": 8},
         "arithmetic-full": {"num_generations": 8, "max_completion_length": 8},
         "chain": {"num_generations": 8, "max_completion_length": 48, "learning_rate": 1e-3},
-        "chain-full": {"max_completion_length": 48, "learning_rate": 1e-4, "lr_scheduler_type": "constant"},
+        "chain-full": {
+            "max_completion_length": 48,
+            "learning_rate": 1e-4,
+            "lr_scheduler_type": "constant",
+            "padding_free": False,
+        },  # fmt: skip
         "chain-fast": {**CHAIN_FAST, "max_completion_length": 48, "learning_rate": 1e-3},
-        "chain-full-fast": {**CHAIN_FAST, "learning_rate": 1e-4, "lr_scheduler_type": "constant"},
+        "chain-full-fast": {
+            **CHAIN_FAST,
+            "learning_rate": 1e-4,
+            "lr_scheduler_type": "constant",
+            "padding_free": True,
+        },
         "chain-server": {"vllm_mode": "server", "max_staleness": 0, "learning_rate": 1e-3},
         "chain-async": {"vllm_mode": "server", "max_staleness": 1, "learning_rate": 1e-3},
     }.get(name, {"loss_type": "dapo", "learning_rate": 3e-2})
