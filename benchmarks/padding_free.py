@@ -55,6 +55,14 @@ from grpo_hub.training.padding_free import BIN_TOKENS, PaddingFreeForward
 
 RECIPE = "recipes/configs/chain.yaml"
 CONFIGS = {"padded": False, "padding-free": True}
+HEADER = [
+    "forwards",
+    "train s",
+    "ratio (min-max)",
+    "tokens / micro-step",
+    "padding",
+    "micro-steps",
+]  # + memory, ...
 MIB = 2**20
 
 
@@ -187,14 +195,20 @@ class PeakMemory:
         return torch.cuda.max_memory_allocated() - self.base if self.cuda else self.work.peak_saved
 
 
-def gpu_busy(run) -> str:
-    """Seconds the GPU's kernels ran during one `run()` forward + backward (torch.profiler) / its wall seconds: where
-    the kernels fill a small share of the wall time, the micro-step is bound by launch latency, not by its tokens."""
+def forward_backward(run, ids, mask, keep) -> torch.Tensor:
+    """One forward (`run`: log-probs and entropies) and its backward; the log-probs."""
+    logps, entropies = run(ids, mask, keep)
+    (logps.float().sum() + entropies.float().sum()).backward()
+    return logps
+
+
+def gpu_busy(run, ids, mask, keep) -> str:
+    """Seconds the GPU's kernels ran during one `forward_backward` (torch.profiler) / its wall seconds: where the
+    kernels fill a small share of the wall time, the micro-step is bound by launch latency, not by its tokens."""
     start = time.perf_counter()
     try:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
-            logps, entropies = run()
-            (logps.float().sum() + entropies.float().sum()).backward()
+            forward_backward(run, ids, mask, keep)
             torch.cuda.synchronize()
     except Exception as error:  # a diagnosis only: the measured table stands without it
         return f"profiler failed: {type(error).__name__}: {error}"
@@ -237,11 +251,10 @@ def measure_long_tail(
         names = list(runs) if rep % 2 == 0 else list(runs)[::-1]
         for name in names:
             model.zero_grad()
-            work.tokens = work.forwards = work.rows = 0
+            work.tokens = work.rows = 0
             with memory.measuring():
                 start = clock()
-                logps, entropies = runs[name](ids, mask, keep)
-                (logps.float().sum() + entropies.float().sum()).backward()
+                logps = forward_backward(runs[name], ids, mask, keep)
                 if device == "cuda":
                     torch.cuda.synchronize()
                 elapsed = clock() - start
@@ -255,10 +268,7 @@ def measure_long_tail(
                 difference[name] = logps.detach().float()[scored]
     real = sum(int(mask.sum()) for _, mask, _ in batches[1:])
     ids, mask, keep = batches[-1]
-    busy = {
-        name: gpu_busy(lambda run=run: run(ids, mask, keep)) if device == "cuda" else "-"
-        for name, run in runs.items()
-    }
+    busy = {name: gpu_busy(run, ids, mask, keep) if device == "cuda" else "-" for name, run in runs.items()}
     table = []
     for name in runs:
         spread = ratio_spread(times[name], times["padded"])
@@ -308,21 +318,18 @@ def main() -> None:
         if cli.threads == 1:
             os.sched_setaffinity(0, {0})
         torch.set_num_threads(cli.threads)
-    header = [
-        "forwards",
-        "train s",
-        "ratio (min-max)",
-        "tokens / micro-step",
-        "padding",
-        "micro-steps",
-        "saved MiB",
-    ]
     if not cuda:
         print(
             f"## Main job ({cli.recipe}), one step per repetition, {cli.reps} repetitions, {cli.threads} thread(s)\n"
         )
-        print_table(header, measure_main_job(cli.reps, cli.threads, cli.recipe))
-    header[-1:] = ["bins", "peak MiB" if cuda else "saved MiB", "max log-prob gap", "GPU kernels s / wall s"]
+        print_table([*HEADER, "saved MiB"], measure_main_job(cli.reps, cli.threads, cli.recipe))
+    header = [
+        *HEADER,
+        "bins",
+        "peak MiB" if cuda else "saved MiB",
+        "max log-prob gap",
+        "GPU kernels s / wall s",
+    ]
     if cli.skip_long_tail:
         return
     shapes = [tuple(map(int, shape.split("x"))) for shape in cli.shapes.split(",") if shape] or [
