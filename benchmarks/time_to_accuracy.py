@@ -246,12 +246,18 @@ def run(
         "max_steps": 100_000,  # the budget stops training (the schedule does not depend on it: check_schedule)
         "seed": seed,
     }
-    args = GRPOConfig(**plain_trl(common)) if extra is None else GRPOHubConfig(**common, **extra)
+    args = training_args(common, extra)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     clock = time.process_time if device == "cpu" else synchronized_wall_clock
     meter = Meter(tokenizer, budget, points, args.num_generations, per_level, costs, clock)
     chain_trainer(args, meter, lora, prompts, seed).train()
     return meter.points
+
+
+def training_args(common: dict, extra: dict | None) -> GRPOConfig:
+    """Plain TRL's config of the testbed's fields `common` (`extra` None), or grpo_hub's with `extra` over them (a
+    configuration may change a testbed field, e.g. the preset's padding_free)."""
+    return GRPOConfig(**plain_trl(common)) if extra is None else GRPOHubConfig(**{**common, **extra})
 
 
 def chain_trainer(args, meter, lora, prompts: int, seed: int):
@@ -272,14 +278,19 @@ def chain_trainer(args, meter, lora, prompts: int, seed: int):
     return trainer
 
 
+def configurations() -> dict[str, dict | None]:
+    """CONFIGS and "preset": the recommended preset's fields that differ from the testbed's."""
+    preset, _ = recipe_settings(PRESET)
+    base, _ = recipe_settings(RECIPE)
+    return {**CONFIGS, "preset": {k: v for k, v in preset.items() if base.get(k) != v}}
+
+
 def measure(cli) -> tuple[dict, dict]:
     """Run every configuration for every seed, interleaved; return (run record, {name: [points per seed]})."""
     os.sched_setaffinity(0, {cli.core})
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
-    preset, _ = recipe_settings(PRESET)
-    base, _ = recipe_settings(RECIPE)
-    configs = {**CONFIGS, "preset": {k: v for k, v in preset.items() if base.get(k) != v}}
+    configs = configurations()
     names = cli.configs.split(",")
     unknown = set(names) - set(configs)
     if unknown:

@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import accuracy_summary, clocks
 from benchmarks import time_to_accuracy as tta
@@ -135,12 +136,22 @@ def test_summary_ratios_match_a_naive_computation_on_both_clocks():
     assert row["cpu"]["accuracy_at_budget"] == row["final_accuracy"]
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread, as the benchmark runs (`measure`): a step's CPU seconds without a second thread's spinning."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.slow
-def test_a_short_run_records_every_evaluation_point_and_the_work():
+def test_a_short_run_records_every_evaluation_point_and_the_work(one_thread):
     settings, _ = tta.recipe_settings(tta.RECIPE)
-    recorded = tta.run("trl", 0, budget=4.0, points=2, extra=None, per_level=5)
+    # grid points 4 s apart, about twice a step's CPU seconds: a step that passed two at once would evaluate once
+    recorded = tta.run("trl", 0, budget=8.0, points=2, extra=None, per_level=5)
     assert len(recorded) == 3 and recorded[0]["time"] == 0 and recorded[0]["optimizer_steps"] == 0
-    assert recorded[1]["time"] >= 2.0 and recorded[2]["time"] >= 4.0
+    assert recorded[1]["time"] >= 4.0 and recorded[2]["time"] >= 8.0
     last = recorded[-1]
     assert last["generated_rows"] == last["optimizer_steps"] * settings["per_device_train_batch_size"]
     assert last["trained_rows"] == last["generated_rows"] and last["micro_steps"] >= last["optimizer_steps"]
@@ -155,6 +166,19 @@ def test_a_short_run_records_every_evaluation_point_and_the_work():
     gpu = accuracy_summary.clock_times(recorded, "gpu", slow_gpu)
     assert gpu[-1] >= 4.0 and gpu[-2] < 4.0 and recorded[-1]["time"] >= 8.0
     assert len(recorded) >= 4 and any(2.0 <= t < 4.0 for t in gpu)
+
+
+def test_the_preset_runs_its_own_fields_over_the_testbeds(tmp_path):
+    fields, _ = tta.recipe_settings(tta.RECIPE)
+    preset, _ = tta.recipe_settings(tta.PRESET)
+    common = {**fields, "output_dir": str(tmp_path), "use_cpu": True}
+    common.pop("num_prompts")
+    changed = tta.configurations()["preset"]
+    assert fields["padding_free"] is False and changed["padding_free"] is True  # a field both files set
+    args = tta.training_args(common, changed)
+    assert all(getattr(args, k) == v for k, v in preset.items() if k not in ("num_prompts", "report_to"))
+    plain = tta.training_args(common, None)
+    assert type(plain).__name__ == "GRPOConfig" and not hasattr(plain, "padding_free")
 
 
 def _stored(tmp_path, label, seeds, points_by_config, **changes) -> str:
