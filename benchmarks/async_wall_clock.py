@@ -55,7 +55,7 @@ from trl import GRPOConfig
 
 from benchmarks import clocks
 from benchmarks.accuracy_summary import mean_curve
-from benchmarks.common import QUIET_CPU_RUN, print_table
+from benchmarks.common import QUIET_CPU_RUN, count_trained_rows, print_table
 from benchmarks.time_to_accuracy import chain_trainer, plain_trl, recipe_settings
 from grpo_hub import GRPOHubConfig
 from grpo_hub.generation import server_auth, server_process
@@ -160,11 +160,10 @@ class Meter(TrainerCallback):
     def attach(self, trainer) -> None:
         """Count the trainer's generated tokens (`reward`) and trained rows, time its parts, receive its callbacks."""
 
-        def count_training_forward(module, args, kwargs):
-            if torch.is_grad_enabled():  # scoring forwards run under no_grad
-                self.trained_rows += kwargs["input_ids"].shape[0]
+        def count_rows(rows: int) -> None:
+            self.trained_rows += rows
 
-        trainer.model.register_forward_pre_hook(count_training_forward, with_kwargs=True)
+        count_trained_rows(trainer, count_rows)
         trainer._generate = self.timers.wrap("generate", trainer._generate)
         forward = trainer._get_per_token_logps_and_entropies
         scoring = self.timers.wrap(

@@ -7,6 +7,7 @@ load hits every trainer alike, and results are printed as ratios to TRL with the
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -217,6 +218,19 @@ class StepTimer(TrainerCallback):
         self.train, self.total, self._generations = 0.0, 0.0, 0
         self.micro_steps, self.rows = 0, 0
         return out
+
+
+def count_trained_rows(trainer, add: Callable[[int], None]) -> None:
+    """Call `add(rows)` at each of `trainer`'s policy forwards with gradients (its training forwards), `rows` in TRL's
+    layout: padding_free packs a micro-batch's rows into fewer model rows, so a model hook would count its bins."""
+    forward = trainer._get_per_token_logps_and_entropies
+
+    def counted(model, input_ids, *args, **kwargs):
+        if torch.is_grad_enabled():  # scoring forwards run under no_grad
+            add(input_ids.shape[0])
+        return forward(model, input_ids, *args, **kwargs)
+
+    trainer._get_per_token_logps_and_entropies = counted
 
 
 def _synchronized_wall_clock() -> float:

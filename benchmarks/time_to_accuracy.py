@@ -41,7 +41,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from benchmarks import clocks
 from benchmarks.accuracy_summary import calibration, plot, print_report, print_sensitivity, summarize
-from benchmarks.common import DEVICES, QUIET_CPU_RUN, check_device
+from benchmarks.common import DEVICES, QUIET_CPU_RUN, check_device, count_trained_rows
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.algos.advantages import ALL_MAX, ALL_MIN, zero_signal_kinds
 from grpo_hub.config.config_files import read_config
@@ -134,9 +134,12 @@ class Meter(TrainerCallback):
         def count_training_forward(module, args, kwargs):
             if torch.is_grad_enabled():  # scoring forwards run under no_grad
                 self.micro_steps += 1
-                self.trained_rows += kwargs["input_ids"].shape[0]
+
+        def count_rows(rows: int) -> None:
+            self.trained_rows += rows
 
         trainer.model.register_forward_pre_hook(count_training_forward, with_kwargs=True)
+        count_trained_rows(trainer, count_rows)
         generate = trainer._generate
 
         def timed_generate(*args, **kwargs):

@@ -168,6 +168,19 @@ def test_a_short_run_records_every_evaluation_point_and_the_work(one_thread):
     assert len(recorded) >= 4 and any(2.0 <= t < 4.0 for t in gpu)
 
 
+@pytest.mark.slow
+def test_trained_rows_are_the_batchs_rows_when_padding_free_packs_them_into_fewer(one_thread):
+    settings, _ = tta.recipe_settings(tta.RECIPE)
+    recorded = tta.run("padding-free", 0, budget=1.0, points=1, extra={"padding_free": True}, per_level=2)
+    last = recorded[-1]
+    assert last["optimizer_steps"] >= 1 and last["micro_steps"] >= last["optimizer_steps"]
+    assert (
+        last["trained_rows"]
+        == last["generated_rows"]
+        == last["optimizer_steps"] * settings["per_device_train_batch_size"]
+    )
+
+
 def test_the_preset_runs_its_own_fields_over_the_testbeds(tmp_path):
     fields, _ = tta.recipe_settings(tta.RECIPE)
     preset, _ = tta.recipe_settings(tta.PRESET)
