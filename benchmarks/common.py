@@ -221,8 +221,9 @@ class StepTimer(TrainerCallback):
 
 
 def count_trained_rows(trainer, add: Callable[[int], None]) -> None:
-    """Call `add(rows)` at each of `trainer`'s policy forwards with gradients (its training forwards), `rows` in TRL's
-    layout: padding_free packs a micro-batch's rows into fewer model rows, so a model hook would count its bins."""
+    """Call `add(rows)` at each of `trainer`'s policy forwards with gradients (its training forwards, one per
+    micro-step), `rows` in TRL's layout: padding_free packs a micro-batch's rows into fewer model rows, so a model hook
+    would count its bins."""
     forward = trainer._get_per_token_logps_and_entropies
 
     def counted(model, input_ids, *args, **kwargs):

@@ -131,15 +131,11 @@ class Meter(TrainerCallback):
     def attach(self, trainer) -> None:
         """Count the trainer's training forwards and time its generation; receive its callbacks."""
 
-        def count_training_forward(module, args, kwargs):
-            if torch.is_grad_enabled():  # scoring forwards run under no_grad
-                self.micro_steps += 1
-
-        def count_rows(rows: int) -> None:
+        def count_micro_step(rows: int) -> None:
+            self.micro_steps += 1
             self.trained_rows += rows
 
-        trainer.model.register_forward_pre_hook(count_training_forward, with_kwargs=True)
-        count_trained_rows(trainer, count_rows)
+        count_trained_rows(trainer, count_micro_step)
         generate = trainer._generate
 
         def timed_generate(*args, **kwargs):

@@ -186,7 +186,7 @@ def test_every_config_parses(recipe, name):
             "learning_rate": 1e-4,
             "lr_scheduler_type": "constant",
             "padding_free": False,
-        },  # fmt: skip
+        },
         "chain-fast": {**CHAIN_FAST, "max_completion_length": 48, "learning_rate": 1e-3},
         "chain-full-fast": {
             **CHAIN_FAST,
