@@ -161,9 +161,11 @@ class GRPOHubConfig(GRPOConfig):
             "help": "Run every policy and reference forward of the trainer over the rows' real tokens only: each "
             "row's prompt and completion tokens are laid end to end in bins with their own position ids (no pad "
             "token computed but the bins' short tails), and the log-probs and entropies come back in TRL's padded "
-            "layout, so every loss, filter and metric is unchanged up to fp32 rounding. For text-only decoders with "
-            "rotary position embeddings and sdpa or eager attention (checked when the trainer is built). False: "
-            "TRL's padded forwards."
+            "layout, so every loss, filter and metric is unchanged up to fp32 rounding. Only what is proven exact is "
+            "accepted (checked when the trainer is built): attention-only text decoders of transformers' own code "
+            "(Llama, Mistral, Qwen2/3 and their MoE, Gemma 1-3, Phi-3, OLMo2, Granite, SmolLM3; hybrids with "
+            "convolution or Mamba layers are refused), sdpa or eager attention, LoRA/LoHa/LoKr/IA3 adapters (prompt "
+            "learning and prefix tuning are refused). False: TRL's padded forwards."
         },
     )
 

@@ -3,10 +3,12 @@ the rows' real tokens only, packed into bins (`grpo_hub.algos.padding_free`), an
 
 It stands in for TRL's `_get_per_token_logps_and_entropies` (the training forward, TRL's scoring forward, the
 reference model or adapter, KL-in-reward rescoring all call it), with the fused LM head TRL adds to the model
-(`labels=..., fused_lm_head=True`). Supported models (`check_model`): text-only decoders with rotary position
-embeddings (scores depend on position differences only, so restarting positions per row changes fp32 rounding, not
-the result) whose modeling module builds masks with transformers' `create_causal_mask` (restarting position ids
-make a block-diagonal mask), with sdpa or eager attention, no MoE router loss.
+(`labels=..., fused_lm_head=True`). Supported (`check_model`): only what a test proves exact. Model types whose every
+layer is attention with rotary or no position embeddings (scores depend on position differences only, so restarting
+positions per row changes fp32 rounding, not the result) and whose masks come from transformers' `create_causal_mask`
+(restarting position ids make a block-diagonal mask), with sdpa or eager attention, no MoE router loss; PEFT types
+that act on each token alone. Hybrids (short-convolution, Mamba, linear-attention layers) carry state across a bin's
+row boundaries; PEFT prompt learning prepends virtual tokens and drops the position ids: both are refused by name.
 """
 
 import sys
@@ -28,8 +30,23 @@ from grpo_hub.errors import field_error
 BIN_TOKENS = 192
 
 
+# Model types (transformers' own modeling code) whose every layer is attention, proven exact against the padded
+# forward with sliding windows where they have them (tests/training/test_padding_free.py runs each one). Anything else,
+# hybrids above all (LFM2, Granite-4.0-H, Falcon-H1, Bamba, Zamba2, Qwen3-Next: their convolution, Mamba or
+# gated-delta layers read across a bin's row boundaries), is refused until a test adds it here.
+EXACT_MODEL_TYPES = (
+    "gemma", "gemma2", "gemma3_text", "granite", "llama", "mistral", "olmo2", "phi3", "qwen2", "qwen2_moe", "qwen3",
+    "qwen3_moe", "smollm3",
+)  # fmt: skip
+# PEFT types whose layers act on each token alone (tested likewise). Prompt learning (prompt tuning, p-tuning,
+# multitask prompt tuning) prepends virtual tokens and drops the position ids; prefix tuning passes a cache, so
+# transformers does not read packed rows: each is refused.
+EXACT_PEFT_TYPES = ("IA3", "LOHA", "LOKR", "LORA")
+
+
 def check_model(model, role: str = "model") -> None:
-    """Raise ValueError naming `padding_free` unless `model` (PEFT-wrapped or not) is one padding-free supports."""
+    """Raise ValueError naming `padding_free` unless `model` (PEFT-wrapped or not) is one padding-free is proven exact
+    on: a model type of `EXACT_MODEL_TYPES` from transformers' own code, every adapter of `EXACT_PEFT_TYPES`."""
     base = model.get_base_model() if is_peft_model(model) else model
     config, kind = base.config, type(base).__name__
 
@@ -38,18 +55,25 @@ def check_model(model, role: str = "model") -> None:
 
     if config.get_text_config() is not config:
         refuse("a vision-language model: its image tokens and position ids are not packed.")
+    own_code = type(base).__module__.startswith("transformers.models.")
+    if config.model_type not in EXACT_MODEL_TYPES or not own_code:
+        refuse(f"of model type {config.model_type!r} from {type(base).__module__}; padding-free is proven exact only "
+               f"on transformers' own {', '.join(EXACT_MODEL_TYPES)} (every layer attention: a convolution, Mamba or "
+               "linear-attention layer reads across packed rows).")  # fmt: skip
     attention = getattr(config, "_attn_implementation", None)
     if attention not in ATTENTION:
         refuse(f"with attn_implementation={attention!r}; padding-free runs with {' or '.join(ATTENTION)}.")
     backbone = getattr(base, base.base_model_prefix, None)
-    if not hasattr(backbone, "rotary_emb"):
-        refuse("whose backbone has no rotary position embeddings: with absolute positions, a row's result depends "
-               "on its padding, so packed rows would not compute TRL's values.")  # fmt: skip
     if not hasattr(sys.modules[type(backbone).__module__], "create_causal_mask"):
         refuse("whose attention mask is not built by transformers' create_causal_mask, which reads restarting "
                "position ids as separate rows.")  # fmt: skip
     if getattr(config.get_text_config(), "output_router_logits", False):
         refuse("a mixture of experts with its router loss on, which would count the bins' padding.")
+    for name, adapter in getattr(model, "peft_config", {}).items():
+        peft_type = getattr(adapter.peft_type, "value", adapter.peft_type)
+        if peft_type not in EXACT_PEFT_TYPES:
+            refuse(f"wrapped in a PEFT {peft_type} adapter ({name!r}); padding-free is proven exact only with "
+                   f"{', '.join(EXACT_PEFT_TYPES)} (prompt learning and prefix tuning do not see packed rows).")  # fmt: skip
 
 
 class PaddingFreeForward:

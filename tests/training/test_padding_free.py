@@ -14,8 +14,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
+from grpo_hub.algos.padding_free import ATTENTION
 from grpo_hub.config import features
-from grpo_hub.training.padding_free import check_model
+from grpo_hub.training.padding_free import EXACT_MODEL_TYPES, EXACT_PEFT_TYPES, check_model
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import half_signal_dataset, tiny_config
 from tests.training.dynamic.scripted import tool_trainer
@@ -174,7 +175,9 @@ def test_models_padding_free_cannot_pack_are_refused_by_name(tiny_model_dir):
     check_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir))  # Qwen2, sdpa
     check_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="eager"))
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
-    with pytest.raises(ValueError, match=r"`padding_free`: the model is GPT2LMHeadModel, .*no rotary .*Fix:"):
+    with pytest.raises(
+        ValueError, match=r"`padding_free`: the model is GPT2LMHeadModel, of model type .gpt2.*Fix:"
+    ):
         check_model(gpt2)
     flex = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     flex.config._attn_implementation = "flex_attention"
@@ -221,25 +224,48 @@ def test_model_init_kwargs_asking_for_another_attention_is_refused_at_config_tim
         )
 
 
-TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "vocab_size": 96, "head_dim": 32, "pad_token_id": 0}  # fmt: skip
+TINY = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 96,
+    "head_dim": 32,
+    "pad_token_id": 0,
+    "initializer_range": 0.5,
+}  # fmt: skip  (weights of trained scale: a cross-row leak shows in whole logits)
+# sliding windows shorter than the rows, where a model type has them
+WINDOWS = {
+    "mistral": {"sliding_window": 4},
+    "qwen2": {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 0},
+    "qwen3": {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 0},
+    "gemma2": {"sliding_window": 4},
+    "gemma3_text": {"sliding_window": 4},
+    "phi3": {"sliding_window": 4},
+}
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3", "mistral", "gemma", "phi3"])
-def test_the_decoders_the_docs_name_pack_to_their_padded_results(model_type):
-    """docs/padding-free.md's list: each passes check_model, and on a padded batch of uneven rows its packed forward
-    gives the padded forward's log-probs and entropies (fp32, random weights)."""
+def tiny_model(model_type: str, attention: str = "sdpa", **settings):
+    from transformers import AutoConfig
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(model_type, **{**TINY, **WINDOWS.get(model_type, {}), **settings})
+    return AutoModelForCausalLM.from_config(config, attn_implementation=attention).eval()
+
+
+def largest_packed_gap(model, fused_head_added: bool = False) -> tuple[float, float]:
+    """The largest gaps (log-probs, entropies) between the packed and the padded forward of `model` on a padded batch
+    of uneven rows (fp32), every row of the batch in one bin."""
     from contextlib import nullcontext
 
-    from transformers import AutoConfig
     from trl.trainer.utils import add_fused_lm_head
 
     from grpo_hub.training.padding_free import PaddingFreeForward
 
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **TINY)).eval()
-    check_model(model)
-    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    if not fused_head_added:
+        add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    torch.manual_seed(1)
     ids = torch.randint(1, 96, (5, 14))
     mask = torch.ones_like(ids)
     for row, (pad_left, pad_right) in enumerate([(0, 0), (3, 2), (5, 0), (1, 6), (2, 3)]):
@@ -248,8 +274,113 @@ def test_the_decoders_the_docs_name_pack_to_their_padded_results(model_type):
     keep = 8
     labels = ids.masked_fill(mask == 0, -100)
     labels[:, :-keep] = -100
+    scored = labels[:, -keep:] != -100
     with torch.no_grad():
         padded = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
-        logps, entropies, _ = PaddingFreeForward(0, nullcontext)(model, ids, mask, keep, compute_entropy=True)
-    torch.testing.assert_close(logps, padded.log_probs[:, -keep:], rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(entropies, padded.entropy[:, -keep:], rtol=1e-4, atol=1e-5)
+        packed = PaddingFreeForward(0, nullcontext, bin_tokens=1000)(
+            model, ids, mask, keep, compute_entropy=True
+        )
+    logps, entropies = (out[:, -keep:] * scored for out in (padded.log_probs, padded.entropy))
+    return (packed[0] - logps).abs().max().item(), (packed[1] - entropies).abs().max().item()
+
+
+def attentions(model_type: str) -> list[str]:
+    """The attention implementations padding-free runs that transformers builds `model_type` with."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    model_class = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+    return [a for a in ATTENTION if a == "eager" or model_class._supports_sdpa]
+
+
+@pytest.mark.parametrize(
+    ("model_type", "attention"), [(m, a) for m in EXACT_MODEL_TYPES for a in attentions(m)]
+)
+def test_the_decoders_the_docs_name_pack_to_their_padded_results(model_type, attention):
+    """`EXACT_MODEL_TYPES` (docs/padding-free.md's list), with every attention padding-free runs: each passes
+    check_model, and its packed forward gives the padded forward's log-probs and entropies (fp32, sliding windows
+    shorter than the rows where the model type has them)."""
+    model = tiny_model(model_type, attention)
+    check_model(model)
+    assert max(largest_packed_gap(model)) < 1e-4
+
+
+HYBRIDS = {  # one convolution / Mamba / gated-delta layer and one attention layer each
+    "lfm2": {"layer_types": ["conv", "full_attention"]},
+    "falcon_h1": {"mamba_d_ssm": 32, "mamba_n_heads": 2, "mamba_d_head": 16, "mamba_chunk_size": 4},
+    "bamba": {"attn_layer_indices": [1], "mamba_d_head": 32, "mamba_n_heads": 4, "mamba_chunk_size": 4},
+    "qwen3_next": {"layer_types": ["linear_attention", "full_attention"], "num_experts": 0},
+}
+
+
+@pytest.mark.parametrize("model_type", HYBRIDS)
+def test_hybrid_models_are_refused_by_name_as_packing_gives_them_other_numbers(model_type):
+    """A hybrid's non-attention layers read across packed rows (issue 65: a tiny LFM2 was accepted and trained on
+    logits up to 9.2 away); each is refused naming its model type, and the claim that they are not exact holds."""
+    model = tiny_model(model_type, **HYBRIDS[model_type])
+    with pytest.raises(
+        ValueError, match=rf"`padding_free`: the model is \w+, of model type '{model_type}'.*Fix:"
+    ):
+        check_model(model)
+    assert largest_packed_gap(model)[0] > 0.5
+
+
+def test_a_model_type_from_outside_transformers_is_refused():
+    """Remote code under an allowed model type is not the code the tests proved exact."""
+    from transformers import Qwen2ForCausalLM
+
+    class RemoteQwen2(
+        Qwen2ForCausalLM
+    ):  # its module is this test's, as a trust_remote_code class's is its own
+        pass
+
+    with pytest.raises(ValueError, match=r"RemoteQwen2, of model type 'qwen2' from tests\."):
+        check_model(RemoteQwen2(tiny_model("qwen2").config))
+
+
+def peft_configs() -> dict:
+    import peft
+
+    kind = "CAUSAL_LM"
+    return {
+        "LORA": peft.LoraConfig(task_type=kind, target_modules="all-linear"),
+        "LOHA": peft.LoHaConfig(task_type=kind, target_modules=["q_proj", "v_proj", "down_proj"]),
+        "LOKR": peft.LoKrConfig(task_type=kind, target_modules=["q_proj", "v_proj", "down_proj"]),
+        "IA3": peft.IA3Config(
+            task_type=kind, target_modules=["k_proj", "down_proj"], feedforward_modules=["down_proj"]
+        ),
+        "PROMPT_TUNING": peft.PromptTuningConfig(task_type=kind, num_virtual_tokens=4),
+        "P_TUNING": peft.PromptEncoderConfig(task_type=kind, num_virtual_tokens=4, encoder_hidden_size=32),
+        "PREFIX_TUNING": peft.PrefixTuningConfig(task_type=kind, num_virtual_tokens=4),
+    }
+
+
+def peft_model(peft_type: str):
+    """The tiny Qwen2 with its fused LM head, wrapped in a `peft_type` adapter of random trained-scale weights."""
+    import peft
+    from trl.trainer.utils import add_fused_lm_head
+
+    model = tiny_model("qwen2")
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))  # TRL adds it before PEFT wraps the model
+    model = peft.get_peft_model(model, peft_configs()[peft_type]).eval()
+    for parameter in model.parameters():
+        if parameter.requires_grad:
+            parameter.data.normal_(0, 0.3)
+    return model
+
+
+@pytest.mark.parametrize("peft_type", EXACT_PEFT_TYPES)
+def test_the_peft_types_it_accepts_pack_to_their_padded_results(peft_type):
+    model = peft_model(peft_type)
+    check_model(model)
+    assert max(largest_packed_gap(model, fused_head_added=True)) < 1e-4
+
+
+@pytest.mark.parametrize("peft_type", ["PROMPT_TUNING", "P_TUNING", "PREFIX_TUNING"])
+def test_prompt_learning_and_prefix_tuning_are_refused_by_name_as_packing_gives_them_other_numbers(peft_type):
+    model = peft_model(peft_type)
+    with pytest.raises(
+        ValueError, match=rf"`padding_free`: .*a PEFT {peft_type} adapter \('default'\).*Fix:"
+    ):
+        check_model(model)
+    assert largest_packed_gap(model, fused_head_added=True)[0] > 0.5
