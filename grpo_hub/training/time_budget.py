@@ -25,6 +25,17 @@ STATE_FILE = "time_budget.json"
 PLANNED_METRIC = "time_budget/planned_steps"
 
 
+def slowest(seconds: float, device: torch.device) -> float:
+    """The largest of every rank's `seconds` (a MAX all-reduce over torch.distributed's default group, on `device`:
+    the backend's); `seconds` itself outside a process group. Not accelerate's `reduce(reduction="max")`: up to
+    accelerate 1.13 that sums (max from 1.14, PR #4027), and `accelerate>=1.4` is allowed."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return seconds
+    value = torch.tensor([seconds], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+    return value.item()
+
+
 def set_schedule_length(
     scheduler: torch.optim.lr_scheduler.LambdaLR, multiplier: Callable[[int], float]
 ) -> None:

@@ -45,7 +45,7 @@ from grpo_hub.training.reference import (
     trained_adapter_name,
 )
 from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback, signature_columns
-from grpo_hub.training.time_budget import TimeBudgetCallback
+from grpo_hub.training.time_budget import TimeBudgetCallback, slowest
 from grpo_hub.training.turns import TurnCredit
 
 check_trl_seams(GRPOTrainer)
@@ -117,7 +117,7 @@ class GRPOHubTrainer(GRPOTrainer):
                 args.time_budget_seconds,
                 args.time_budget_calibration_steps,
                 functools.partial(schedule_multiplier, args),
-                self._slowest,
+                functools.partial(slowest, device=self.accelerator.device),
                 self._metrics["train"],
             )
             self.add_callback(self._time_budget)
@@ -198,11 +198,6 @@ class GRPOHubTrainer(GRPOTrainer):
     def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` of every rank, concatenated along dim 0 (moved to this rank's device first)."""
         return self.accelerator.gather(tensor.to(self.accelerator.device))
-
-    def _slowest(self, seconds: float) -> float:
-        """The largest of every rank's `seconds`."""
-        value = torch.tensor([seconds], dtype=torch.float64, device=self.accelerator.device)
-        return self.accelerator.reduce(value, reduction="max").item()
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         """transformers' scheduler; with `time_budget_seconds` the length of one it creates (not one passed in

@@ -5,6 +5,8 @@ The rates are checked against the schedule formulas written out, not against tra
 import itertools
 import json
 import math
+import multiprocessing
+import os
 
 import pytest
 import torch
@@ -95,6 +97,43 @@ def test_the_slowest_rank_sets_the_plan(tmp_path, tiny_model_dir):
     trainer._time_budget.reduce_max = lambda seconds: 2 * seconds  # another rank runs at half the speed
     trainer.train()  # there step s ends at 2 (3 + s) s: pace 2 s, 3 more steps after step 4 (14 s)
     assert trainer.state.global_step == 7
+
+
+def summing_reduce(tensor, reduction="mean", scale=1.0):
+    """accelerate <= 1.13's `reduce` (before PR #4027): a sum over the ranks for every reduction but "mean"."""
+    total = tensor.clone()
+    torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.SUM)
+    return total / torch.distributed.get_world_size() if reduction == "mean" else total * scale
+
+
+def rank_clock(trainer, store: str, rank: int, seconds: float, out: str) -> None:
+    """A forked rank of a 2-rank gloo group: the max the callback reads over the ranks' `seconds`, written to `out`,
+    with the trainer's accelerator reducing as accelerate <= 1.13 does."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    trainer.accelerator.reduce = summing_reduce
+    result = trainer._time_budget.reduce_max(seconds)
+    with open(out, "w") as file:
+        json.dump(result, file)
+    torch.distributed.destroy_process_group()
+    os._exit(0)  # a forked pytest process must not run the parent's exit handlers
+
+
+def test_the_slowest_rank_is_a_max_on_every_accelerate(tmp_path, tiny_model_dir):
+    # accelerate <= 1.13 sums for reduction="max": 2 ranks at 1 s and 3 s would read 4 s, not 3 s
+    trainer = budget_trainer(tmp_path, tiny_model_dir, scripted_clock())
+    fork = multiprocessing.get_context("fork")
+    ranks = [
+        fork.Process(
+            target=rank_clock, args=(trainer, tmp_path / "store", rank, seconds, tmp_path / f"{rank}.json")
+        )
+        for rank, seconds in enumerate([1.0, 3.0])
+    ]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(timeout=120)
+        assert process.exitcode == 0
+    assert [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in (0, 1)] == [3.0, 3.0]
 
 
 def test_a_resumed_run_counts_the_seconds_before_its_checkpoint(tmp_path, tiny_model_dir):
