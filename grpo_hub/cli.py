@@ -205,6 +205,24 @@ this environment and the trainer's; on 127.0.0.1 (the default) without one, a fr
 prints. Weights load only from --sync-dir (docs/vllm.md, "Security")."""
 
 
+def vllm_flags(vllm_args: list[str]) -> list[str]:
+    """The vLLM flags given after `--`; one that sets --host or --port is refused (vLLM takes the last one, and
+    argparse's abbreviations such as --hos): the server would listen elsewhere than the address checked and printed."""
+    from grpo_hub.errors import field_error
+
+    flags = vllm_args[1:] if vllm_args[:1] == ["--"] else vllm_args
+    for flag in flags:
+        given = flag.split("=", 1)[0]
+        for option in ("--host", "--port"):
+            if len(given) > 2 and option.startswith(given.replace("_", "-")):
+                field_error(
+                    option,
+                    f"{given} after `--` would change where the server listens.",
+                    f"give grpo-hub vllm-serve's own {option} (before `--`).",
+                )
+    return flags
+
+
 def _run_vllm_serve(args: argparse.Namespace) -> NoReturn:
     """Replace this process with the vLLM server (its output, signals and exit status are the server's)."""
     import os
@@ -218,7 +236,7 @@ def _run_vllm_serve(args: argparse.Namespace) -> NoReturn:
         args.model, port=args.port, dtype=args.dtype, host=args.host, max_model_len=args.max_model_len,
         lora_rank=(args.max_lora_rank or 16) if args.enable_lora else None,
         tensor_parallel_size=args.tensor_parallel_size,
-    ) + (args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args)  # fmt: skip
+    ) + vllm_flags(args.vllm_args)  # fmt: skip
     base, token_line = dict(os.environ), ""
     if server_auth.read_token(base) is None:
         token_file = server_auth.loopback_token_file(args.host, args.port)
@@ -246,7 +264,8 @@ def register_vllm_serve(subparsers) -> None:
         "vllm-serve",
         help="start a vLLM server for grpo_hub's server mode (vllm_mode='server')",
         description=VLLM_SERVE_HELP,
-        epilog="further vLLM flags go after `--`, e.g. -- --gpu-memory-utilization 0.5. GPUs: CUDA_VISIBLE_DEVICES. "
+        epilog="further vLLM flags go after `--`, e.g. -- --gpu-memory-utilization 0.5 (not --host or --port: give "
+        "this command's own). GPUs: CUDA_VISIBLE_DEVICES. "
         "On CPU the KV cache is VLLM_CPU_KVCACHE_SPACE GiB (1 unless set).",
     )
     serve.add_argument("--model", required=True, help="Hub id or folder: the model the trainer trains")

@@ -98,6 +98,21 @@ def test_another_address_without_a_token_is_refused_and_with_one_it_binds(
     assert vllm_found["env"][SYNC_DIR_ENV] == str((tmp_path / "sync").resolve())
 
 
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [(["--host", "0.0.0.0"], "--host"), (["--host=0.0.0.0"], "--host"), (["--port", "9"], "--port"),
+     (["--port=9"], "--port"), (["--hos", "0.0.0.0"], "--host"), (["--ho=::"], "--host"), (["--por=9"], "--port")],
+)  # fmt: skip
+def test_flags_after_the_separator_cannot_move_the_server(vllm_found, capsys, extra, option):
+    """Issue 65: vLLM takes the last --host / --port (and argparse's abbreviations of them), which would bind another
+    address than the one checked and printed."""
+    assert cli.main(["vllm-serve", "--model", "m", "--", "--max-model-len", "64", *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not vllm_found
+    assert f"`{option}`: {extra[0].split('=')[0]} after `--` would change where the server listens" in err
+    assert f"Fix: give grpo-hub vllm-serve's own {option} (before `--`)" in err
+
+
 def test_a_lora_rank_without_lora_is_refused(vllm_found, capsys):
     assert cli.main(["vllm-serve", "--model", "m", "--max-lora-rank", "32"]) == 1
     assert "Fix: add --enable-lora" in capsys.readouterr().err and not vllm_found
