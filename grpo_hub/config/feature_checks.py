@@ -246,4 +246,4 @@ def check_time_budget(c) -> None:
             f"{c.time_budget_calibration_steps}.",
             "use e.g. 4.",
         )
-    schedule_multiplier(c, 100)
+    schedule_multiplier(c, 100, c.learning_rate)

@@ -10,10 +10,12 @@ from transformers import get_scheduler
 from grpo_hub.errors import field_message
 
 
-def schedule_multiplier(args, total: int) -> Callable[[int], float]:
+def schedule_multiplier(args, total: int, learning_rate: float) -> Callable[[int], float]:
     """The learning-rate multiplier by optimizer step of transformers' `args.lr_scheduler_type` (warmup from
-    `args.get_warmup_steps`) for a run of `total` steps: what `Trainer.create_scheduler` builds for that length."""
-    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    `args.get_warmup_steps`) for a run of `total` steps: what `Trainer.create_scheduler` builds for that length on
+    an optimizer whose learning rate (`optimizer.defaults["lr"]`) is `learning_rate`. transformers reads that rate
+    for the floors `polynomial`'s `lr_end` and the cosine schedules' `min_lr`: their multiplier is floor / rate."""
+    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=learning_rate)
     scheduler = get_scheduler(
         args.lr_scheduler_type,
         optimizer=probe,

@@ -50,8 +50,9 @@ def set_schedule_length(
 class TimeBudgetCallback(TrainerCallback):
     """Plan the run's length to `budget` wall seconds after every optimizer step (module docstring).
 
-    `schedule`: total steps -> the learning-rate multiplier by step (`schedule_multiplier`); `reduce_max`: a float's
-    maximum over the ranks; `metrics`: the trainer's train metrics (logs the planned length); `clock`: wall seconds."""
+    `schedule`: (total steps, the optimizer's learning rate) -> the learning-rate multiplier by step
+    (`schedule_multiplier`); `reduce_max`: a float's maximum over the ranks; `metrics`: the trainer's train metrics
+    (logs the planned length); `clock`: wall seconds."""
 
     def __init__(
         self, budget: float, calibration_steps: int, schedule, reduce_max, metrics, clock=time.monotonic
@@ -106,7 +107,8 @@ class TimeBudgetCallback(TrainerCallback):
         the length of `state.max_steps`: the upper bound's at first, then the last plan's)."""
         if total != state.max_steps:
             state.max_steps = total
-            set_schedule_length(self.scheduler, self.schedule(total))
+            learning_rate = self.scheduler.optimizer.defaults["lr"]  # the rate transformers' schedules read
+            set_schedule_length(self.scheduler, self.schedule(total, learning_rate))
 
     def on_step_end(self, args, state, control, **kwargs):
         step, elapsed = state.global_step, self.reduce_max(self.elapsed())
