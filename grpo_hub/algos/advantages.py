@@ -1,16 +1,22 @@
 """Advantage estimators for GRPO-family training. Pure torch: imports neither trl nor transformers.
 
 Layout convention (TRL's): `group_size` consecutive rows are the completions of one prompt, so a batch of
-N rows holds N / group_size groups. NaN rewards mark unscorable completions: they are left out of every
+N rows holds N / group_size groups. Ragged groups (per-prompt rollout budgets, `algos.rollout_budget`): where a
+function takes `group_size`, a sequence of group sizes instead (consecutive groups of those many rows, summing to
+N) is read as those groups, NaN-padded to the largest, so every statistic runs over each group's own rows; sizes
+that are all equal are exactly the int case. NaN rewards mark unscorable completions: they are left out of every
 statistic and receive advantage 0.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+GroupSize = int | Sequence[int]  # one size for every group, or each group's own (ragged groups)
 
 NORMS = ("mean_std", "mean_only", "no_baseline")
 STD_SCOPES = ("group", "batch")
@@ -26,11 +32,47 @@ def _check_choice(name: str, value, choices) -> None:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
-def _grouped(x: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Reshape (N, ...) into (N / group_size, group_size, ...)."""
-    if group_size < 1 or x.shape[0] % group_size:
-        raise ValueError(f"{x.shape[0]} rows cannot be split into groups of group_size={group_size}")
-    return x.reshape(-1, group_size, *x.shape[1:])
+def _sizes(n: int, group_size: GroupSize) -> list[int] | None:
+    """The ragged group sizes of `group_size` over `n` rows; None when every group has the same size."""
+    if isinstance(group_size, int):
+        if group_size < 1 or n % group_size:
+            raise ValueError(f"{n} rows cannot be split into groups of group_size={group_size}")
+        return None
+    sizes = [int(size) for size in group_size]
+    if sum(sizes) != n or min(sizes, default=1) < 1:
+        raise ValueError(f"{n} rows cannot be split into groups of sizes {sizes}")
+    return None if len(set(sizes)) <= 1 else sizes
+
+
+def _grouped(x: torch.Tensor, group_size: GroupSize) -> torch.Tensor:
+    """Reshape (N, ...) into (groups, largest group, ...); ragged groups are padded with NaN."""
+    sizes = _sizes(x.shape[0], group_size)
+    if sizes is None:
+        size = group_size if isinstance(group_size, int) else (list(group_size) or [1])[0]
+        return x.reshape(-1, size, *x.shape[1:])
+    grid = x.new_full((len(sizes), max(sizes), *x.shape[1:]), math.nan)
+    grid[_ragged_mask(sizes, x.device)] = x
+    return grid
+
+
+def _ragged_mask(sizes: list[int], device=None) -> torch.Tensor:
+    """(groups, largest group) bool: True at the positions of real rows."""
+    return torch.arange(max(sizes), device=device) < torch.tensor(sizes, device=device).unsqueeze(1)
+
+
+def _rows(grid: torch.Tensor, group_size: GroupSize, n: int) -> torch.Tensor:
+    """The inverse of `_grouped`: (N, ...) from (groups, largest group, ...)."""
+    sizes = _sizes(n, group_size)
+    if sizes is None:
+        return grid.reshape(n, *grid.shape[2:])
+    return grid[_ragged_mask(sizes, grid.device)]
+
+
+def per_row(per_group: torch.Tensor, group_size: GroupSize) -> torch.Tensor:
+    """Each group's value repeated over its rows: (groups,) -> (N,)."""
+    if isinstance(group_size, int):
+        return per_group.repeat_interleave(group_size)
+    return per_group.repeat_interleave(torch.tensor(list(group_size), device=per_group.device))
 
 
 def nan_std(x: torch.Tensor, dim) -> torch.Tensor:
@@ -63,7 +105,7 @@ def _centre_and_scale(grouped: torch.Tensor, dims, norm: str, eps: float, std_ov
 
 def group_advantages(
     rewards: torch.Tensor,
-    group_size: int,
+    group_size: GroupSize,
     *,
     norm: str = "mean_std",
     std_scope: str = "group",
@@ -89,10 +131,10 @@ def group_advantages(
     _check_choice("std_scope", std_scope, STD_SCOPES)
     grouped = _grouped(rewards, group_size)
     std_over = rewards if std_scope == "batch" else None
-    return _centre_and_scale(grouped, 1, norm, eps, std_over).reshape(rewards.shape)
+    return _rows(_centre_and_scale(grouped, 1, norm, eps, std_over), group_size, rewards.shape[0])
 
 
-def zero_signal_mask(rewards: torch.Tensor, group_size: int, eps: float = 0.0) -> torch.Tensor:
+def zero_signal_mask(rewards: torch.Tensor, group_size: GroupSize, eps: float = 0.0) -> torch.Tensor:
     """Bool (N,): True for rows whose group carries no learning signal.
 
     A group has zero signal when max(r) - min(r) <= eps over its non-NaN rewards, or when it has fewer
@@ -104,13 +146,13 @@ def zero_signal_mask(rewards: torch.Tensor, group_size: int, eps: float = 0.0) -
     high = torch.where(valid, grouped, -math.inf).amax(dim=1)
     low = torch.where(valid, grouped, math.inf).amin(dim=1)
     zero = (valid.sum(dim=1) < 2) | (high - low <= eps)
-    return zero.repeat_interleave(group_size)
+    return per_row(zero, group_size)
 
 
 def zero_signal_kinds(
-    rewards: torch.Tensor, group_size: int, eps: float, low: float, high: float
+    rewards: torch.Tensor, group_size: GroupSize, eps: float, low: float, high: float
 ) -> torch.Tensor:
-    """(N / group_size,) long: INFORMATIVE, ALL_MAX or ALL_MIN per group of `group_size` consecutive rows.
+    """(groups,) long: INFORMATIVE, ALL_MAX or ALL_MIN per group of `group_size` consecutive rows.
 
     A group is zero-signal as in `zero_signal_mask` (reward spread max - min <= eps over its non-NaN
     rewards, or fewer than 2 of them). Its flat value v (mean of its non-NaN rewards) is ALL_MAX when it lies
@@ -119,8 +161,9 @@ def zero_signal_kinds(
     (arXiv:2503.14476) reports these as the prompts with accuracy 1 and accuracy 0; GRESO (arXiv:2506.02177)
     skips them with different probabilities. Both carry no GRPO gradient.
     """
-    zero = zero_signal_mask(rewards, group_size, eps).view(-1, group_size)[:, 0]
-    value = torch.nanmean(rewards.view(-1, group_size).double(), dim=1)
+    grouped = _grouped(rewards.double(), group_size)
+    zero = _grouped(zero_signal_mask(rewards, group_size, eps).double(), group_size)[:, 0].bool()
+    value = torch.nanmean(grouped, dim=1)
     kinds = torch.where((value - low) >= (high - value), ALL_MAX, ALL_MIN)
     return torch.where(zero & ~torch.isnan(value), kinds, INFORMATIVE)
 

@@ -30,11 +30,17 @@ def normalise(x, m, std, norm, eps):
     return 0.0 if std is None else (x - m) / (std + eps)
 
 
+def groups(rows, group_size):
+    """Consecutive groups of `group_size` rows, or of each size in a list of sizes (ragged groups)."""
+    sizes = [group_size] * (len(rows) // group_size) if isinstance(group_size, int) else group_size
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [rows[start : start + size] for start, size in zip(starts, sizes, strict=True)]
+
+
 def group_advantages(rewards, group_size, norm="mean_std", std_scope="group", eps=1e-4):
     batch_std = sample_std([x for x in rewards if not is_nan(x)])
     out = []
-    for start in range(0, len(rewards), group_size):
-        group = rewards[start : start + group_size]
+    for group in groups(rewards, group_size):
         valid = [x for x in group if not is_nan(x)]
         std = sample_std(valid) if std_scope == "group" else batch_std
         for x in group:

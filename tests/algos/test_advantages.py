@@ -131,6 +131,61 @@ def test_zero_signal_rows_are_exactly_the_zero_spread_groups(data, eps):
     assert got.tolist() == expected
 
 
+# --- ragged groups (per-prompt rollout budgets) --------------------------------------------------------------
+
+
+@st.composite
+def ragged_rewards(draw):
+    sizes = draw(st.lists(st.integers(1, 6), min_size=1, max_size=5))
+    rewards = draw(st.lists(reward_values, min_size=sum(sizes), max_size=sum(sizes)))
+    return rewards, sizes
+
+
+@SETTINGS
+@given(ragged_rewards(), st.sampled_from(adv.NORMS), st.sampled_from(adv.STD_SCOPES))
+def test_ragged_group_advantages_match_naive(data, norm, std_scope):
+    rewards, sizes = data
+    got = adv.group_advantages(t64(rewards), sizes, norm=norm, std_scope=std_scope)
+    expected = naive.group_advantages(rewards, sizes, norm, std_scope)
+    torch.testing.assert_close(got, t64(expected), rtol=1e-9, atol=1e-9)
+
+
+@SETTINGS
+@given(ragged_rewards(), st.sampled_from([0.0, 0.5]))
+def test_ragged_zero_signal_rows_and_kinds_are_each_groups_own(data, eps):
+    rewards, sizes = data
+    mask, kinds = (
+        adv.zero_signal_mask(t64(rewards), sizes, eps=eps),
+        adv.zero_signal_kinds(t64(rewards), sizes, eps, 0, 1),
+    )
+    expected_mask, expected_kinds = [], []
+    for group in naive.groups(rewards, sizes):
+        expected_mask += [adv.zero_signal_mask(t64(group), len(group), eps=eps)[0].item()] * len(group)
+        expected_kinds.append(adv.zero_signal_kinds(t64(group), len(group), eps, 0, 1).item())
+    assert mask.tolist() == expected_mask
+    assert kinds.tolist() == expected_kinds
+
+
+@SETTINGS
+@given(grouped_rewards(), st.sampled_from(adv.NORMS), st.sampled_from(adv.STD_SCOPES))
+def test_equal_sizes_are_the_int_group_size_bit_for_bit(data, norm, std_scope):
+    rewards, group_size = data
+    sizes = [group_size] * (len(rewards) // group_size)
+    for fn in (
+        lambda g: adv.group_advantages(torch.tensor(rewards), g, norm=norm, std_scope=std_scope),
+        lambda g: adv.zero_signal_mask(torch.tensor(rewards), g, 0.0),
+        lambda g: adv.zero_signal_kinds(torch.tensor(rewards), g, 0.0, 0.0, 1.0),
+    ):
+        assert torch.equal(fn(sizes), fn(group_size))
+
+
+def test_ragged_sizes_must_cover_the_rows():
+    with pytest.raises(ValueError, match=r"5 rows cannot be split into groups of sizes \[2, 2\]"):
+        adv.group_advantages(torch.zeros(5), [2, 2])
+    with pytest.raises(ValueError, match="sizes"):
+        adv.zero_signal_mask(torch.zeros(2), [2, 0])
+
+
 def test_equal_rewards_near_100_nonzero_float32_advantage_still_flagged():
     rewards = torch.tensor([99.7, 99.7, 99.7, 0.0, 1.0, 0.0], dtype=torch.float32)
     advantages = adv.group_advantages(rewards, 3)
