@@ -3,7 +3,9 @@
 vLLM 0.32's `--api-key` guards only the paths under /v1, /v2, /inference and /cohere; the dev-mode and RL routes
 (`/collective_rpc`, `/sleep`, `/wake_up`, the weight routes) answer anyone who reaches the port. `TokenMiddleware`,
 which vLLM loads through `--middleware`, guards every route but OPEN_PATHS. Server and trainer read the token from the
-environment (TOKEN_ENV, or the file TOKEN_FILE_ENV names), never from a command line, which `ps` shows.
+environment (TOKEN_ENV, or the file TOKEN_FILE_ENV names), never from a command line, which `ps` shows. With the token,
+`/collective_rpc` still calls only the worker methods a trainer calls (RPC_METHODS): vLLM's own worker methods would
+load weights from any folder (`reload_weights(weights_path=...)`) or kill the engine (`save_sharded_state`).
 
 The worker extension loads weight files only inside the sync folder fixed when the server starts (SYNC_DIR_ENV), after
 resolving symlinks and `..` (`inside_sync_folder`); the trainer writes that folder owner-only (`private_folder`).
@@ -31,6 +33,17 @@ MIDDLEWARE = "grpo_hub.generation.server_auth.TokenMiddleware"
 CACHE = Path.home() / ".cache" / "grpo_hub"
 # what a load balancer or the trainer's wait for the server may ask unannounced
 OPEN_PATHS = frozenset({"/health"})
+RPC_PATH = "/collective_rpc"
+# the worker methods a trainer calls through RPC_PATH: grpo_hub's worker extension's (TRL 1.16's client calls none: its
+# NCCL sync has routes of its own, /init_weight_transfer_engine and /update_weights)
+RPC_METHODS = frozenset(
+    (
+        "grpo_hub_extension_version",
+        "grpo_hub_sync_dir",
+        "grpo_hub_reload_weights",
+        "grpo_hub_reload_checkpoint",
+    )
+)
 TOKEN_FIX = (
     f"set {TOKEN_ENV} (or {TOKEN_FILE_ENV}, a file holding it) in the trainer's environment to the token the server "
     "was started with"
@@ -119,8 +132,9 @@ def authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:
 
 
 class TokenMiddleware:
-    """ASGI middleware: a request to any path but OPEN_PATHS without the server's token gets 401 and reaches no route.
-    The token is read from the server's environment when vLLM builds its app; a server started without one fails."""
+    """ASGI middleware: a request to any path but OPEN_PATHS without the server's token gets 401 and reaches no route;
+    one to RPC_PATH with the token but a worker method outside RPC_METHODS gets 403. The token is read from the
+    server's environment when vLLM builds its app; a server started without one fails."""
 
     def __init__(self, app):
         token = read_token()
@@ -135,7 +149,51 @@ class TokenMiddleware:
         if guarded and not authorized(scope.get("headers", []), self.token):
             await refuse(scope, send)
             return
+        if scope["type"] == "http" and scope["path"].endswith(RPC_PATH):  # behind vLLM's --root-path too
+            body, receive = await read_body(receive)
+            method = rpc_method(body)
+            if not (isinstance(method, str) and method in RPC_METHODS):
+                await forbid(send, method)
+                return
         await self.app(scope, receive, send)
+
+
+async def read_body(receive):
+    """(the whole request body, a `receive` that hands it to the app again)."""
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        more = message["type"] == "http.request" and message.get("more_body", False)
+    body, replayed = b"".join(chunks), []
+
+    async def replay():
+        if replayed:
+            return await receive()
+        replayed.append(True)
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return body, replay
+
+
+def rpc_method(body: bytes):
+    """The worker method an RPC_PATH body names, parsed as vLLM's route parses it (`json.loads`: of duplicate keys the
+    last counts); None when it names none."""
+    try:
+        request = json.loads(body)
+    except ValueError:  # not JSON, or not text
+        return None
+    return request.get("method") if isinstance(request, dict) else None
+
+
+async def forbid(send, method) -> None:
+    """Answer 403 naming the refused worker `method` and the ones this server takes."""
+    allowed = ", ".join(sorted(RPC_METHODS))
+    error = f"Forbidden: {RPC_PATH} calls only the worker methods a trainer calls ({allowed}), not method {method!r}"
+    body = json.dumps({"error": error}).encode()
+    headers = [(b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": 403, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def refuse(scope, send) -> None:

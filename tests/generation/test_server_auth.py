@@ -3,6 +3,7 @@ generation/server.py, against naive checks. The real server: tests/training/vllm
 
 import asyncio
 import itertools
+import json
 import os
 from types import SimpleNamespace
 
@@ -35,8 +36,8 @@ def call(middleware, scope) -> tuple[bool, list[dict]]:
     async def send(message):
         sent.append(message)
 
-    async def receive():
-        return {"type": "http.request"}
+    async def receive():  # a body /collective_rpc takes
+        return {"type": "http.request", "body": b'{"method": "grpo_hub_sync_dir"}'}
 
     asyncio.run(middleware(scope, receive, send))
     return scope.get("reached", False), sent
@@ -63,6 +64,67 @@ def test_only_health_or_the_right_bearer_token_reaches_the_app(guard, path, head
         if not reached and kind == "websocket":
             assert sent == [{"type": "websocket.close", "code": 1008}]
     assert call(guard, {"type": "lifespan"})[0]  # start-up and shut-down are not requests
+
+
+async def reading_app(scope, receive, send):
+    """An app that reads the whole request body, as vLLM's /collective_rpc route does."""
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body, more = body + message.get("body", b""), message.get("more_body", False)
+    scope["reached"] = body
+
+
+def rpc(body: bytes, path: str = "/collective_rpc", root_path: str = "") -> tuple[bytes | None, list[dict]]:
+    """(the body the app read, None when it was not reached; what the middleware sent) of a POST carrying the token
+    and `body` in two chunks."""
+    os.environ[TOKEN_ENV] = TOKEN  # the fixture's monkeypatch undoes it
+    guard, sent = TokenMiddleware(reading_app), []
+    chunks = [{"type": "http.request", "body": body[:5], "more_body": True},
+              {"type": "http.request", "body": body[5:], "more_body": False}]  # fmt: skip
+
+    async def receive():
+        return chunks.pop(0) if chunks else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "path": path, "root_path": root_path, "method": "POST",
+             "headers": [(b"authorization", f"Bearer {TOKEN}".encode())]}  # fmt: skip
+    asyncio.run(guard(scope, receive, send))
+    return scope.get("reached"), sent
+
+
+def test_collective_rpc_takes_only_the_worker_methods_a_trainer_calls(monkeypatch):
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    for method in sorted(server_auth.RPC_METHODS):
+        body = json.dumps({"method": method, "args": ["/x/weights.safetensors"]}).encode()
+        assert rpc(body) == (body, []), method  # the app reads the body it was sent, whole
+    refused = [
+        ({"method": "reload_weights", "kwargs": {"weights_path": "/elsewhere"}}, "'reload_weights'"),
+        ({"method": "save_sharded_state", "kwargs": {"path": "/tmp/x"}}, "'save_sharded_state'"),
+        ({"method": "grpo_hub_reload_weights_", "args": []}, "'grpo_hub_reload_weights_'"),
+        ({"method": ["grpo_hub_sync_dir"]}, "['grpo_hub_sync_dir']"),
+        ({"args": ["x"]}, "None"),
+        (["grpo_hub_sync_dir"], "None"),
+    ]
+    bodies = [(json.dumps(request).encode(), named) for request, named in refused]
+    bodies += [(b'{"method": "grpo_hub_sync_dir", "method": "reload_weights"}', "'reload_weights'"),  # vLLM reads the last
+               (b"not json", "None"), (b"", "None"), (b"\xff\xfe", "None")]  # fmt: skip
+    for body, named in bodies:
+        for path, root_path in (("/collective_rpc", ""), ("/api/collective_rpc", "/api")):
+            reached, sent = rpc(body, path, root_path)
+            assert reached is None and sent[0]["status"] == 403, (body, path)
+            answer = json.loads(sent[1]["body"])["error"]
+            assert f"method {named}" in answer and "grpo_hub_reload_weights, " in answer, answer
+
+
+def test_the_allow_list_is_the_worker_extensions_methods():
+    from grpo_hub.generation.worker_extension import WorkerExtension
+
+    methods = {name for name in vars(WorkerExtension) if not name.startswith("_")}
+    called = {server.RELOAD_METHOD, server.VERSION_METHOD, server.CHECKPOINT_METHOD, server.SYNC_DIR_METHOD}
+    assert methods == called == server_auth.RPC_METHODS
 
 
 def test_a_server_without_a_token_does_not_start(monkeypatch):

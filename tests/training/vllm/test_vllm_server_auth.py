@@ -1,9 +1,11 @@
 """The guards of a grpo_hub vLLM server (grpo_hub.generation.server_auth), on the live server of the session: every
-route of its route table but /health refuses a request without the token or with a wrong one, and a reload from
-outside the sync folder is refused; the served weights stay the same (the log-probs of fixed completions)."""
+route of its route table but /health refuses a request without the token or with a wrong one, a reload from outside
+the sync folder is refused, and with the token /collective_rpc calls no worker method but those a trainer calls; the
+served weights stay the same (the log-probs of fixed completions)."""
 
 import os
 import re
+import shutil
 
 import pytest
 import requests
@@ -84,3 +86,25 @@ def test_a_reload_from_outside_the_sync_folder_is_refused(vllm_server, tmp_path)
     finally:
         os.unlink(link)
     assert served_logprobs(base_url, token) == before
+
+
+def test_with_the_token_a_worker_method_a_trainer_does_not_call_is_refused(vllm_server, tmp_path):
+    """Issue 65: vLLM's own worker methods load weights from any folder (`reload_weights`) or kill the engine
+    (`save_sharded_state`); with the right token they answer 403 naming the method, and change nothing."""
+    base_url, token = vllm_server.base_url, vllm_server.env[TOKEN_ENV]
+    before = served_logprobs(base_url, token)
+    zeroed = tmp_path / "zeroed"  # the chain model with every weight 0, outside the sync folder
+    shutil.copytree(chain_model_path(), zeroed)
+    weights = zeroed / "model.safetensors"
+    save_file({name: torch.zeros_like(tensor) for name, tensor in load_file(weights).items()}, str(weights))
+    shards = tmp_path / "shards"
+    for method, kwargs in (("reload_weights", {"weights_path": str(zeroed)}), ("save_sharded_state", {"path": str(shards)}),
+                           ("sleep", {})):  # fmt: skip
+        answer = requests.post(f"{base_url}/collective_rpc", json={"method": method, "kwargs": kwargs},
+                               headers=auth_headers(token), timeout=RUN_LIMIT_S)  # fmt: skip
+        assert answer.status_code == 403 and f"not method '{method}'" in answer.text, (method, answer.text)
+    assert not shards.exists()
+    assert served_logprobs(base_url, token) == before
+    asked = requests.post(f"{base_url}/collective_rpc", json={"method": server.SYNC_DIR_METHOD},
+                          headers=auth_headers(token), timeout=RUN_LIMIT_S)  # fmt: skip
+    assert asked.status_code == 200  # a method the trainer calls still runs
