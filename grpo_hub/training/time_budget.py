@@ -64,7 +64,8 @@ class TimeBudgetCallback(TrainerCallback):
         self.resume_from: str | None = None
         # wall seconds: spent before this train() call, at the end of step 1, at the end of the last step
         self.spent = {"before": 0.0, "first_step": None, "last": 0.0}
-        self._cap = self._started = None
+        # the upper bound (the length without a budget), the clock at train begin, the scheduler's length
+        self._cap = self._started = self._length = None
 
     def elapsed(self) -> float:
         """Training seconds of the run so far, those before a resumed checkpoint included."""
@@ -80,7 +81,7 @@ class TimeBudgetCallback(TrainerCallback):
                     "remove that scheduler (lr_scheduler_type sets the schedule), or set time_budget_seconds=None.",
                 )
             )
-        self._cap = state.max_steps  # the length without a budget: max_steps, or the epochs' steps
+        self._cap = self._length = state.max_steps  # max_steps, or the epochs' steps: the scheduler's length
         if state.global_step > 0:
             self._restore(args, state)
         self._started = self.clock()
@@ -100,28 +101,35 @@ class TimeBudgetCallback(TrainerCallback):
         with open(os.path.join(folder, STATE_FILE)) as file:
             saved = json.load(file)
         self.spent = {"before": saved["elapsed"], "first_step": saved["first_step"], "last": saved["elapsed"]}
-        self._plan(state, saved["planned_steps"])
+        state.max_steps = saved["planned_steps"]
+        self._fit_schedule(state)
 
-    def _plan(self, state, total: int) -> None:
-        """Make `total` the run's length; the schedule is rebuilt only when it changes (the scheduler already has
-        the length of `state.max_steps`: the upper bound's at first, then the last plan's)."""
-        if total != state.max_steps:
-            state.max_steps = total
+    def _fit_schedule(self, state) -> None:
+        """Rebuild the schedule for the planned length `state.max_steps` when the scheduler has another length (the
+        upper bound's at first, then the last plan's); the learning rate of the coming step is set at once."""
+        if state.max_steps != self._length:
             learning_rate = self.scheduler.optimizer.defaults["lr"]  # the rate transformers' schedules read
-            set_schedule_length(self.scheduler, self.schedule(total, learning_rate))
+            set_schedule_length(self.scheduler, self.schedule(state.max_steps, learning_rate))
+            self._length = state.max_steps
 
-    def on_step_end(self, args, state, control, **kwargs):
-        step, elapsed = state.global_step, self.reduce_max(self.elapsed())
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        """Plan the run's length (`state.max_steps`) at the end of the step's update. transformers calls this before
+        it counts the step (`global_step` + 1) and before `on_step_end`, where its flow callback reads
+        `state.max_steps`: a plan that ends the run at this step gets the final save and evaluation of max_steps,
+        and a plan that grows at the step the old plan ended on does not stop the run."""
+        step, elapsed = state.global_step + 1, self.reduce_max(self.elapsed())
         self.spent["last"] = elapsed
         if self.spent["first_step"] is None:
             self.spent["first_step"] = elapsed
         if step >= self.calibration_steps:  # (at least 2: config check)
             pace = time_budget.seconds_per_step(step, elapsed, self.spent["first_step"])
-            self._plan(state, time_budget.planned_steps(step, elapsed, pace, self.budget, self._cap))
+            state.max_steps = time_budget.planned_steps(step, elapsed, pace, self.budget, self._cap)
         elif elapsed >= self.budget:  # spent before the pace is known: stop here
-            self._plan(state, step)
-        if step >= state.max_steps:
-            control.should_training_stop = True
+            state.max_steps = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        """The schedule of the coming steps (after the scheduler's own step), and the planned length logged."""
+        self._fit_schedule(state)
         self.metrics[PLANNED_METRIC].append(float(state.max_steps))
 
     def on_save(self, args, state, control, **kwargs):

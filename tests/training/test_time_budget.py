@@ -26,9 +26,17 @@ def scripted_clock(start: float = 0.0):
     return lambda: start + (lambda n: 0.0 if n == 0 else WARM_UP + n)(next(reads))
 
 
-def budget_trainer(tmp_path, model_dir, clock, **overrides):
+def clock_at(*times: float):
+    """Wall seconds read by the callback: `times[0]` at train begin, `times[s]` at the end of step s."""
+    reads = iter(times)
+    return lambda: next(reads)
+
+
+def budget_trainer(tmp_path, model_dir, clock, eval_dataset=None, **overrides):
     settings = {"max_steps": CAP, "learning_rate": LR, "time_budget_seconds": 9.5, **overrides}
-    trainer = make_trainer(GRPOHubTrainer, model_dir, tiny_config(tmp_path, **settings))
+    trainer = make_trainer(
+        GRPOHubTrainer, model_dir, tiny_config(tmp_path, **settings), eval_dataset=eval_dataset
+    )
     trainer._time_budget.clock = clock
     return trainer
 
@@ -72,6 +80,37 @@ def test_warmup_and_cosine_are_rebuilt_for_the_planned_length(tmp_path, tiny_mod
     assert trainer.state.global_step == 6
     expected = [LR * cosine(0, CAP), LR * cosine(1, CAP)] + [LR * cosine(s - 1, 6) for s in range(3, 7)]
     assert logged(trainer, "learning_rate") == pytest.approx(expected, rel=1e-6, abs=1e-12)
+
+
+def test_a_plan_that_ends_the_run_at_this_step_saves_and_evaluates_it(tmp_path, tiny_model_dir):
+    # steps end at 4-7 s (the plan at step 4: 6 steps); step 5 takes 2 s: at 9 s the pace is 1.25 s and the 0.5 s
+    # left fit no further step, so the plan ends the run at step 5, where neither a save nor an evaluation was due
+    trainer = budget_trainer(
+        tmp_path,
+        tiny_model_dir,
+        clock_at(0, 4, 5, 6, 7, 9),
+        eval_dataset=load_task_dataset(SMOKE_TASK, n=8, seed=1),
+        save_strategy="steps",
+        save_steps=100,
+        eval_strategy="steps",
+        eval_steps=100,
+    )
+    trainer.train()
+    assert trainer.state.global_step == 5
+    # as at max_steps: the last step is saved and evaluated
+    assert (tmp_path / "checkpoint-5" / "trainer_state.json").is_file()
+    assert [entry["step"] for entry in trainer.state.log_history if "eval_loss" in entry] == [5]
+    assert logged(trainer, PLANNED_METRIC) == [CAP, CAP, CAP, 6, 5]
+
+
+def test_a_plan_that_grows_at_its_last_step_runs_the_steps_it_planned(tmp_path, tiny_model_dir):
+    # the plan at steps 4 and 5: 6 steps; step 6 takes 0.2 s: at 8.2 s the pace is 0.84 s, and one more step fits
+    trainer = budget_trainer(tmp_path, tiny_model_dir, clock_at(0, 4, 5, 6, 7, 8, 8.2, 9.2))
+    trainer.train()
+    assert trainer.state.global_step == 7
+    assert logged(trainer, PLANNED_METRIC) == [CAP, CAP, CAP, 6, 6, 7, 7]
+    expected = [LR * linear(s - 1, CAP) for s in range(1, 5)] + [LR * linear(s - 1, 6) for s in (5, 6)]
+    assert logged(trainer, "learning_rate") == pytest.approx(expected + [LR * linear(6, 7)], rel=1e-6)
 
 
 def test_a_budget_that_fits_more_steps_keeps_the_upper_bound(tmp_path, tiny_model_dir):
