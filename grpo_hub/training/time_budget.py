@@ -101,8 +101,16 @@ class TimeBudgetCallback(TrainerCallback):
         with open(os.path.join(folder, STATE_FILE)) as file:
             saved = json.load(file)
         self.spent = {"before": saved["elapsed"], "first_step": saved["first_step"], "last": saved["elapsed"]}
-        state.max_steps = saved["planned_steps"]
+        self._plan(args, state, saved["planned_steps"])
         self._fit_schedule(state)
+
+    @staticmethod
+    def _plan(args, state, total: int) -> None:
+        """Make `total` the run's length (`state.max_steps`: the flow callback ends the run there), and the logging,
+        eval and save steps given as fractions (< 1) fractions of it (`TrainerState.compute_steps`, which transformers
+        runs once, for the upper bound)."""
+        state.max_steps = total
+        state.compute_steps(args, total)
 
     def _fit_schedule(self, state) -> None:
         """Rebuild the schedule for the planned length `state.max_steps` when the scheduler has another length (the
@@ -123,9 +131,9 @@ class TimeBudgetCallback(TrainerCallback):
             self.spent["first_step"] = elapsed
         if step >= self.calibration_steps:  # (at least 2: config check)
             pace = time_budget.seconds_per_step(step, elapsed, self.spent["first_step"])
-            state.max_steps = time_budget.planned_steps(step, elapsed, pace, self.budget, self._cap)
+            self._plan(args, state, time_budget.planned_steps(step, elapsed, pace, self.budget, self._cap))
         elif elapsed >= self.budget:  # spent before the pace is known: stop here
-            state.max_steps = step
+            self._plan(args, state, step)
 
     def on_step_end(self, args, state, control, **kwargs):
         """The schedule of the coming steps (after the scheduler's own step), and the planned length logged."""

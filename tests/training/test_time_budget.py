@@ -113,6 +113,28 @@ def test_a_plan_that_grows_at_its_last_step_runs_the_steps_it_planned(tmp_path, 
     assert logged(trainer, "learning_rate") == pytest.approx(expected + [LR * linear(6, 7)], rel=1e-6)
 
 
+def test_fractional_save_eval_and_logging_steps_are_fractions_of_the_planned_length(tmp_path, tiny_model_dir):
+    # the upper bound's quarter is 250 steps; the plan at step 4 is 17 steps (as in the slowest-rank test): 5 steps
+    trainer = budget_trainer(
+        tmp_path,
+        tiny_model_dir,
+        scripted_clock(),
+        eval_dataset=load_task_dataset(SMOKE_TASK, n=8, seed=1),
+        max_steps=1000,
+        time_budget_seconds=20.0,
+        save_strategy="steps",
+        save_steps=0.25,
+        eval_strategy="steps",
+        eval_steps=0.25,
+        logging_steps=0.25,
+    )
+    trainer.train()
+    assert trainer.state.global_step == 17
+    assert sorted(int(path.name.split("-")[1]) for path in tmp_path.glob("checkpoint-*")) == [5, 10, 15, 17]
+    assert [entry["step"] for entry in trainer.state.log_history if "eval_loss" in entry] == [5, 10, 15, 17]
+    assert [entry["step"] for entry in trainer.state.log_history if "loss" in entry] == [5, 10, 15]
+
+
 def test_a_budget_that_fits_more_steps_keeps_the_upper_bound(tmp_path, tiny_model_dir):
     trainer = budget_trainer(
         tmp_path, tiny_model_dir, scripted_clock(), max_steps=5, time_budget_seconds=1000.0
