@@ -58,7 +58,7 @@ from benchmarks.accuracy_summary import mean_curve
 from benchmarks.common import QUIET_CPU_RUN, count_trained_rows, print_table
 from benchmarks.time_to_accuracy import chain_trainer, plain_trl, recipe_settings
 from grpo_hub import GRPOHubConfig
-from grpo_hub.generation import server_auth, server_process
+from grpo_hub.generation import server_process
 from grpo_hub.tasks import chain
 from grpo_hub.tasks.chain_model import chain_model_path
 
@@ -302,8 +302,7 @@ def local_server(port: int, log_dir: str) -> server_process.LocalServer:
     """The chain model's vLLM server on `SERVER_CORE` (fp32, no LoRA: the merged sync, as the recipe starts it); stopped
     on exit, exception, SIGINT and SIGTERM."""
     argv = server_process.server_command(str(chain_model_path()), port=port, dtype="float32", lora_rank=None)
-    server_auth.ensure_token(os.environ)  # the trainer in this process reads it from there
-    env = server_process.server_env(os.environ, cores=str(SERVER_CORE), gpus=None)
+    env = server_process.own_server_env(cores=str(SERVER_CORE), gpus=None)
     log = Path(log_dir, "vllm-server.log")
     return server_process.LocalServer(argv, env, log, timeout=600, cores=str(SERVER_CORE))
 

@@ -34,7 +34,7 @@ from transformers import TrainerCallback
 from benchmarks.common import QUIET_CPU_RUN
 from benchmarks.vllm_lora_sync import model_folder
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
-from grpo_hub.generation import server_auth, server_process
+from grpo_hub.generation import server_process
 from grpo_hub.tasks import get_reward_funcs, load_task_dataset
 
 MODES = ("hf", "merged", "merged-scoring", "adapter")
@@ -152,8 +152,7 @@ def main(argv=None) -> None:
             (("adapter",), 16),
         ):  # LoRA: no compile
             argv = server_process.server_command(model_dir, port=8391, dtype=cli.server_dtype, lora_rank=rank)
-            server_auth.ensure_token(os.environ)  # the trainer in this process reads it from there
-            env = server_process.server_env(os.environ, cores=SERVER_CORE, gpus=None)
+            env = server_process.own_server_env(cores=SERVER_CORE, gpus=None)
             log = Path(folder, f"server-{modes[-1]}.log")
             with server_process.LocalServer(argv, env, log, timeout=900, cores=SERVER_CORE) as server:
                 for mode in modes:

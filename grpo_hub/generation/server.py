@@ -247,7 +247,7 @@ def http_sync_client(requested: str | None):
     """While TRL's `VLLMGeneration` is built in server mode (`requested`: the vllm_server_sync value; None: not server
     mode), it builds `HTTPSyncClient` instead of `VLLMClient`, except for 'nccl' without a token (TRL's own client,
     untouched; with a token, `HTTPSyncClient` carries it and runs TRL's NCCL sync)."""
-    token = server_auth.read_token() if requested is not None else None
+    token = server_auth.client_token() if requested is not None else None
     if requested is None or (requested == NCCL and token is None):
         yield
         return

@@ -3,7 +3,9 @@
 vLLM 0.32's `--api-key` guards only the paths under /v1, /v2, /inference and /cohere; the dev-mode and RL routes
 (`/collective_rpc`, `/sleep`, `/wake_up`, the weight routes) answer anyone who reaches the port. `TokenMiddleware`,
 which vLLM loads through `--middleware`, guards every route but OPEN_PATHS. Server and trainer read the token from the
-environment (TOKEN_ENV, or the file TOKEN_FILE_ENV names), never from a command line, which `ps` shows. With the token,
+environment (TOKEN_ENV, or the file TOKEN_FILE_ENV names), never from a command line, which `ps` shows; a process that
+starts its own server holds a fresh token in memory (`held_token`), out of the environment its subprocesses inherit.
+With the token,
 `/collective_rpc` still calls only the worker methods a trainer calls (RPC_METHODS): vLLM's own worker methods would
 load weights from any folder (`reload_weights(weights_path=...)`) or kill the engine (`save_sharded_state`).
 
@@ -31,6 +33,7 @@ TOKEN_FILE_ENV = "GRPO_HUB_VLLM_TOKEN_FILE"
 SYNC_DIR_ENV = "GRPO_HUB_VLLM_SYNC_DIR"
 MIDDLEWARE = "grpo_hub.generation.server_auth.TokenMiddleware"
 CACHE = Path.home() / ".cache" / "grpo_hub"
+_HELD: dict[str, str] = {}  # the token of a server this process started (`held_token`), in memory only
 # what a load balancer or the trainer's wait for the server may ask unannounced
 OPEN_PATHS = frozenset({"/health"})
 RPC_PATH = "/collective_rpc"
@@ -76,13 +79,19 @@ def read_token(env=os.environ) -> str | None:
     return token
 
 
-def ensure_token(env: dict) -> str:
-    """The token in `env` (`read_token`), else a fresh one put into `env` as TOKEN_ENV (a process that starts its own
-    server and trains against it: both read it from there)."""
-    token = read_token(env)
+def held_token() -> str:
+    """The token of a server this process starts and trains against: the environment's (`read_token`), else a fresh
+    one held in this process's memory (`client_token`), never put into the environment, which every subprocess (a
+    reward function, a tool sandbox running model-written code) inherits."""
+    token = client_token()
     if token is None:
-        token = env[TOKEN_ENV] = new_token()
+        token = _HELD["token"] = new_token()
     return token
+
+
+def client_token() -> str | None:
+    """The token this process's clients send: the environment's (`read_token`), else the one `held_token` holds."""
+    return read_token() or _HELD.get("token")
 
 
 def is_loopback(host: str) -> bool:

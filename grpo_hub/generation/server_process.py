@@ -98,6 +98,12 @@ def server_env(base: dict, *, cores: str | None, gpus: str | None, sync_dir: str
     return env
 
 
+def own_server_env(*, cores: str | None, gpus: str | None) -> dict:
+    """`server_env` of a server this process starts and trains against: this process's environment plus the token its
+    client sends (`server_auth.held_token`), which stays out of the environment its own subprocesses inherit."""
+    return server_env({**os.environ, server_auth.TOKEN_ENV: server_auth.held_token()}, cores=cores, gpus=gpus)
+
+
 def placement(cores: str | None, env: dict) -> str:
     """Where a server started with `env` on `cores` runs, in words."""
     parts = [f"cores {cores}"] if cores is not None else []
@@ -119,13 +125,11 @@ def local_server(
 ) -> LocalServer:
     """A recipe's local vLLM server of `model` on `port` (a `LocalServer` for its `with` block), on `cores` / `gpus`,
     computing in `dtype`; it serves LoRA of `lora_rank` only where the adapter sync may run (`sync` 'adapter', or
-    'auto' on GPUs): vLLM's CPU platform turns compilation off with it (docs/vllm.md). Its token is this process's
-    (a fresh one unless the environment holds one), its sync folder a fresh temporary one."""
+    'auto' on GPUs): vLLM's CPU platform turns compilation off with it (docs/vllm.md). Its token is the one this
+    process's client sends (`own_server_env`), its sync folder a fresh temporary one."""
     may_serve_adapter = sync == "adapter" or (sync == "auto" and gpus is not None)
     argv = server_command(model, port=port, dtype=dtype, lora_rank=lora_rank if may_serve_adapter else None)
-    # this process trains against it: its client reads the token from there
-    server_auth.ensure_token(os.environ)
-    env = server_env(os.environ, cores=cores, gpus=gpus)
+    env = own_server_env(cores=cores, gpus=gpus)
     return LocalServer(argv, env, log, timeout=timeout, cores=cores)
 
 

@@ -147,12 +147,17 @@ def test_the_token_comes_from_the_variable_else_the_file_it_names(tmp_path):
         server_auth.read_token({TOKEN_FILE_ENV: str(tmp_path / "empty")})
 
 
-def test_ensure_token_keeps_one_set_and_else_puts_a_fresh_one_where_the_trainer_reads_it():
-    env = {TOKEN_ENV: "kept"}
-    assert server_auth.ensure_token(env) == "kept" and env == {TOKEN_ENV: "kept"}
-    env = {}
-    token = server_auth.ensure_token(env)
-    assert env[TOKEN_ENV] == token and len(token) >= 40 and token != server_auth.ensure_token({})
+def test_a_held_token_is_the_environments_else_a_fresh_one_kept_out_of_the_environment(monkeypatch):
+    monkeypatch.setattr(server_auth, "_HELD", {})
+    monkeypatch.setenv(TOKEN_ENV, "kept")
+    assert server_auth.held_token() == "kept" == server_auth.client_token()
+    monkeypatch.setattr(server_auth, "_HELD", {})
+    monkeypatch.delenv(TOKEN_ENV)
+    monkeypatch.delenv(TOKEN_FILE_ENV, raising=False)
+    assert server_auth.client_token() is None
+    token = server_auth.held_token()
+    assert len(token) >= 40 and server_auth.held_token() == token == server_auth.client_token()
+    assert TOKEN_ENV not in os.environ and token not in os.environ.values()
     assert (
         server_auth.auth_headers(token) == {"Authorization": f"Bearer {token}"}
         and server_auth.auth_headers(None) == {}

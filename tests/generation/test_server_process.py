@@ -3,12 +3,15 @@ has) is started, waited for, and stopped with its whole process group on a norma
 SIGTERM to the parent; the port is free again. The argv and environment a real server gets (the real one:
 tests/recipes/test_recipe_server.py)."""
 
+import http.server
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +19,7 @@ import pytest
 
 from grpo_hub.generation import server_process
 from grpo_hub.generation.server import EXTENSION
-from grpo_hub.generation.server_auth import MIDDLEWARE, SYNC_DIR_ENV, TOKEN_ENV
+from grpo_hub.generation.server_auth import MIDDLEWARE, SYNC_DIR_ENV, TOKEN_ENV, TOKEN_FILE_ENV
 from tests.conftest import REPO_ROOT, free_port
 
 STAND_IN = Path(__file__).resolve().parent / "stand_in_server.py"
@@ -99,6 +102,51 @@ def test_server_env_needs_a_token_and_fixes_an_owner_only_sync_folder(tmp_path):
     assert (
         fresh.is_dir() and fresh.stat().st_mode & 0o777 == 0o700 and fresh.name.startswith("grpo-hub-sync-")
     )
+
+
+class TokenChecking(http.server.BaseHTTPRequestHandler):
+    """A server that, like a grpo_hub one, answers /health to anyone and the rest only with its token."""
+
+    token = None
+
+    def do_GET(self):
+        allowed = self.path == "/health" or self.headers.get("Authorization") == f"Bearer {self.token}"
+        body = json.dumps({"data": [{"id": "m"}]} if allowed else {"error": "Unauthorized"}).encode()
+        self.send_response(200 if allowed else 401)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_local_servers_token_reaches_the_client_but_no_subprocess(monkeypatch, tmp_path):
+    """Issue 65: every subprocess of the trainer (a reward function, a tool sandbox running model-written code) inherits
+    its environment: the token of the recipe's own server stays out of it and still reaches the trainer's client."""
+    from trl.generation import vllm_client, vllm_generation
+
+    from grpo_hub.generation import server, server_auth
+
+    for name in (TOKEN_ENV, TOKEN_FILE_ENV):  # absent, and absent again after the test, whatever set them
+        monkeypatch.setenv(name, "x")
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(server_auth, "_HELD", {}, raising=False)  # no token held from another test
+    local = server_process.local_server("m", port=free_port(), dtype="float32", lora_rank=None, sync="auto",
+                                        cores=None, gpus=None, log=tmp_path / "log", timeout=1)  # fmt: skip
+    TokenChecking.token = local.env[TOKEN_ENV]  # the server's
+    seen = subprocess.run([sys.executable, "-c", f"import os; print(os.environ.get({TOKEN_ENV!r}))"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert seen.stdout.strip() == "None" and TOKEN_ENV not in os.environ
+    monkeypatch.setattr(vllm_client, "is_vllm_available", lambda: True)  # TRL's client checks only the import
+    stand_in_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), TokenChecking)
+    threading.Thread(target=stand_in_server.serve_forever, daemon=True).start()
+    try:
+        with server.http_sync_client("merged"):
+            client = vllm_generation.VLLMClient(base_url=f"http://127.0.0.1:{stand_in_server.server_port}")
+    finally:
+        stand_in_server.shutdown()
+    assert client.model == "m"  # TRL's GET /v1/models carried the token
 
 
 @pytest.mark.parametrize(("cores", "expected"), [("1", {1}), ("0,2", {0, 2}), ("2-3", {2, 3})])
