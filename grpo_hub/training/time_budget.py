@@ -59,11 +59,12 @@ class TimeBudgetCallback(TrainerCallback):
     ):
         self.budget, self.calibration_steps, self.schedule = budget, calibration_steps, schedule
         self.reduce_max, self.metrics, self.clock = reduce_max, metrics, clock
-        # set by GRPOHubTrainer: `create_scheduler`, and `train(resume_from_checkpoint=<path>)`
+        # set by GRPOHubTrainer: `create_scheduler`, and `train(resume_from_checkpoint=<path>)` (read by the
+        # train() call it was given to: on_train_begin clears it)
         self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self.resume_from: str | None = None
         # wall seconds: spent before this train() call, at the end of step 1, at the end of the last step
-        self.spent = {"before": 0.0, "first_step": None, "last": 0.0}
+        self.spent = None
         # the upper bound (the length without a budget), the clock at train begin, the scheduler's length
         self._cap = self._started = self._length = None
 
@@ -82,12 +83,15 @@ class TimeBudgetCallback(TrainerCallback):
                 )
             )
         self._cap = self._length = state.max_steps  # max_steps, or the epochs' steps: the scheduler's length
+        # every train() call starts afresh: a second call on the same trainer keeps nothing of the first
+        self.spent = {"before": 0.0, "first_step": None, "last": 0.0}
+        resume_from, self.resume_from = self.resume_from, None
         if state.global_step > 0:
-            self._restore(args, state)
+            self._restore(args, state, resume_from)
         self._started = self.clock()
 
-    def _restore(self, args, state) -> None:
-        folder = resume_folder(args, state.global_step, self.resume_from, filename=STATE_FILE)
+    def _restore(self, args, state, resume_from: str | None) -> None:
+        folder = resume_folder(args, state.global_step, resume_from, filename=STATE_FILE)
         if folder is None:
             raise ValueError(
                 field_message(

@@ -2,11 +2,13 @@
 optimizer step plus a warm-up on the first, so the planned length and the learning rate of every step are known.
 The rates are checked against the schedule formulas written out, not against transformers' scheduler."""
 
+import functools
 import itertools
 import json
 import math
 import multiprocessing
 import os
+import shutil
 
 import pytest
 import torch
@@ -212,6 +214,38 @@ def test_a_resumed_run_counts_the_seconds_before_its_checkpoint(tmp_path, tiny_m
     assert resumed.state.global_step == 6  # 7 s + 1 s per step: steps 5 (8 s) and 6 (9 s) fit
     # its log history continues the checkpoint's: steps 1-4 as saved, then 5 and 6 on the same schedule
     assert logged(resumed, "learning_rate") == pytest.approx(logged(full, "learning_rate"), rel=1e-6)
+
+
+def saved_run(tmp_path, model_dir) -> None:
+    """The 6-step run of the budget, saved every 2 steps in `tmp_path` (the clock of `scripted_clock`)."""
+    budget_trainer(tmp_path, model_dir, scripted_clock(), save_strategy="steps", save_steps=2).train()
+
+
+def ticks():
+    """A resumed or warm process's clock: 0 at train begin, 1 s more at the end of each step."""
+    return functools.partial(next, itertools.count())
+
+
+def test_a_second_train_starts_a_fresh_clock(tmp_path, tiny_model_dir):
+    saved_run(tmp_path / "full", tiny_model_dir)
+    trainer = budget_trainer(tmp_path / "again", tiny_model_dir, ticks())
+    trainer.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-4"))  # 7 s spent before it
+    assert trainer.state.global_step == 6
+    trainer._time_budget.clock = ticks()
+    trainer.train()  # step s ends at s seconds (no warm-up): pace 1 s, 5 more steps after step 4 (4 s)
+    assert trainer.state.global_step == 9
+
+
+def test_a_second_train_resumes_from_its_own_checkpoint(tmp_path, tiny_model_dir):
+    saved_run(tmp_path / "full", tiny_model_dir)
+    trainer = budget_trainer(tmp_path / "again", tiny_model_dir, ticks(), save_strategy="steps", save_steps=2)
+    # the first call resumes at step 2 of the saved run (5 s spent) and saves at steps 4 and 6
+    trainer.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    shutil.rmtree(tmp_path / "again" / "checkpoint-6")
+    trainer._time_budget.clock = ticks()
+    # the second resumes its own checkpoint-4 (7 s spent, 6 steps planned), not the first call's (5 s)
+    trainer.train(resume_from_checkpoint=True)
+    assert trainer.state.global_step == 6
 
 
 def test_a_checkpoint_without_the_spent_seconds_is_refused(tmp_path, tiny_model_dir):
