@@ -99,7 +99,7 @@ def test_a_plan_that_ends_the_run_at_this_step_saves_and_evaluates_it(tmp_path, 
     )
     trainer.train()
     assert trainer.state.global_step == 5
-    # as at max_steps: the last step is saved and evaluated
+    # as at max_steps: the last step is saved and evaluated (outside the budget: the clock has no reading left)
     assert (tmp_path / "checkpoint-5" / "trainer_state.json").is_file()
     assert [entry["step"] for entry in trainer.state.log_history if "eval_loss" in entry] == [5]
     assert logged(trainer, PLANNED_METRIC) == [CAP, CAP, CAP, 6, 5]
