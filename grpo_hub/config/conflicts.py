@@ -88,6 +88,12 @@ RULES = (
         "set {first}=0, or reset {second} to its default.",
     ),
     TagRule(
+        F.RAGGED_GROUPS,
+        F.FIXED_GROUPS,
+        "{first_does} give prompts groups of different sizes, but {second_does} of num_generations rows.",
+        "reset {first} to its default, or {second} to its default.",
+    ),
+    TagRule(
         F.ALL_ROWS_DENOMINATOR,
         F.MICRO_BATCH_MEAN,
         "'all' promises the unfiltered gradient, but {second_does}, over the trained rows only.",
@@ -250,6 +256,14 @@ EXCEPTIONS = (
         ),
         "pooling turns token ratios into a sequence ratio, but the mode is token-level.",
         "use vllm_importance_sampling_mode='sequence_mask' or 'sequence_truncate'.",
+    ),
+    # TRL's use_vllm: TRL asks vLLM for num_generations completions of every num_generations-th prompt
+    Conflict(
+        "rollout_budget",
+        "use_vllm",
+        lambda c: F.is_on("rollout_budget", c) and c.use_vllm,
+        "TRL's vLLM path requests num_generations completions per prompt (n per request), not a budget per prompt.",
+        "set rollout_budget='uniform', or use_vllm=False (HF generate gives each row its own completion).",
     ),
 )
 

@@ -15,6 +15,7 @@ from grpo_hub.generation import server
 ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
 DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
 SELECTIVE_ROLLOUT_MODES = ("replace", "shrink")
+ROLLOUT_BUDGETS = ("uniform", "knapsack")
 
 
 def check_loss_type(c) -> None:
@@ -94,6 +95,20 @@ def check_dynamic_sampling(c) -> None:
             f"generation batch), got {target}.",
             "lower the target or raise dynamic_sampling_max_rounds.",
         )
+
+
+def check_rollout_budget(c) -> None:
+    check_choice("rollout_budget", c.rollout_budget, ROLLOUT_BUDGETS)
+    low, high, group = c.rollout_budget_min, c.rollout_budget_max, c.num_generations
+    if isinstance(low, bool) or not isinstance(low, int) or low < 2:
+        field_error("rollout_budget_min", f"must be an integer >= 2, got {low!r}; a group of one has no baseline.",
+                    "use 2.")  # fmt: skip
+    if low > group:
+        field_error("rollout_budget_min", f"is {low}, above num_generations={group}: the batch's completions (prompts x "
+                    "num_generations) cannot give every prompt that many.", f"use at most {group}.")  # fmt: skip
+    if high is not None and (isinstance(high, bool) or not isinstance(high, int) or high < group):
+        field_error("rollout_budget_max", f"must be an integer >= num_generations={group} or None, got {high!r}.",
+                    "use None (4 x num_generations).")  # fmt: skip
 
 
 def check_selective_rollout(c) -> None:

@@ -42,6 +42,8 @@ TRL_LOSS_ONLY = "is implemented in TRL's loss only"
 NEEDS_REFERENCE = "needs reference log-probs"
 TURN_BY_TURN_GENERATION = "generates each turn after the previous turn's tool results"
 GENERATES_AHEAD = "generates batches before the policy that trains them exists"
+RAGGED_GROUPS = "gives prompts different numbers of completions"
+FIXED_GROUPS = "reads each prompt's group as num_generations consecutive rows"
 TAGS = (
     EDITS_REWARDS,
     RESCALES_REWARDS,
@@ -59,6 +61,8 @@ TAGS = (
     NEEDS_REFERENCE,
     TURN_BY_TURN_GENERATION,
     GENERATES_AHEAD,
+    RAGGED_GROUPS,
+    FIXED_GROUPS,
 )
 
 
@@ -227,7 +231,10 @@ FEATURES = (
         lambda c: c.dynamic_sampling,
         {"dynamic_sampling": True},
         (REWARDS, ROWS, GENERATION, LOSS),
-        {SKIPS_FLAT_GROUPS: "dynamic sampling"},
+        {
+            SKIPS_FLAT_GROUPS: "dynamic sampling",
+            FIXED_GROUPS: "dynamic sampling counts and keeps whole groups",
+        },
         checks=(checks.check_dynamic_sampling,),
         dependents=(
             Dependents(
@@ -247,6 +254,7 @@ FEATURES = (
         {
             SKIPS_FLAT_GROUPS: "selective rollout",
             READS_REWARD_VALUES: "selective rollout tells all-max from all-min groups by their reward value",
+            FIXED_GROUPS: "selective rollout skips and replaces whole groups",
         },
         checks=(checks.check_selective_rollout,),
         dependents=(
@@ -279,6 +287,27 @@ FEATURES = (
         (ROWS, GENERATION, LOSS),  # fewer groups generated and trained; the loss averages over them
         {},
         page="selective-rollout.md",
+    ),
+    Feature(
+        "rollout_budget",
+        "rollout_budget",
+        lambda c: c.rollout_budget != "uniform",
+        {"rollout_budget": "knapsack"},
+        (REWARDS, ADVANTAGES, GENERATION),
+        {
+            RAGGED_GROUPS: "per-prompt rollout budgets",
+            EDITS_ADVANTAGES: "per-prompt rollout budgets (each group's own completions)",
+            READS_REWARD_VALUES: "per-prompt rollout budgets count a completion as solved by its reward value",
+        },
+        checks=(checks.check_rollout_budget,),
+        dependents=(
+            Dependents(
+                ("rollout_budget_min", "rollout_budget_max", "rollout_budget_log_column"),
+                "rollout_budget='knapsack'",
+                lambda c: is_on("rollout_budget", c),
+            ),
+        ),
+        page="rollout-budget.md",
     ),
     Feature(
         "ref_adapter_refresh",

@@ -297,6 +297,36 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
+    # --- Per-prompt rollout budgets (Knapsack RL; grpo_hub/algos/rollout_budget.py, training/rollout_budget.py) ---
+    rollout_budget: str = field(
+        default="uniform",
+        metadata={
+            "help": "How many completions each prompt of a generation batch gets. 'uniform': num_generations each "
+            "(TRL). 'knapsack': Knapsack RL (arXiv:2509.25849): the batch's completions (prompts x num_generations, "
+            "so a step generates as many rows as TRL's) are shared out, each prompt between rollout_budget_min and "
+            "rollout_budget_max, to maximise the expected number of groups with both a solved and an unsolved "
+            "completion weighted by p(1-p)^2, where p is the prompt's success rate estimated from its earlier "
+            "groups. Each group's advantages run over its own completions. See docs/rollout-budget.md."
+        },
+    )
+    rollout_budget_min: int = field(
+        default=2,
+        metadata={"help": "Fewest completions a prompt gets (>= 2: a group of one has no baseline)."},
+    )
+    rollout_budget_max: int | None = field(
+        default=None,
+        metadata={
+            "help": "Most completions a prompt gets. None: 4 x num_generations. Capped by the batch's completions."
+        },
+    )
+    rollout_budget_log_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset column (e.g. a difficulty level) whose values get a metric each: the mean completions "
+            "per prompt of that value (rollout_budget/completions/<value>). None: no such metric."
+        },
+    )
+
     # --- Multi-turn credit (grpo_hub/training/turns.py) ---
     turn_advantages: str | None = field(
         default=None,

@@ -20,7 +20,7 @@ The rule and its source are in `grpo_hub.algos.selection`. This module is the tr
     generates fewer rows (GRESO's rollout saving) and the epoch keeps its step count.
 - `SelectiveRollout.record(rewards)`: the gathered rewards of the groups just scored update the history and
   the exploration probabilities (once per scored generation batch, also per dynamic-sampling round).
-- `SelectiveRolloutCallback`: writes the state (history, exploration probabilities, generator state, observed
+- `checkpointed(selector)`: writes the state (history, exploration probabilities, generator state, observed
   reward range, carried-over groups) into every checkpoint and restores it on resume. Where the epoch stands is
   the stream's own checkpoint (`grpo_hub.training.batch_stream`).
 """
@@ -30,11 +30,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections import deque
 
 import torch
-from transformers import TrainerCallback
 
 from grpo_hub.algos.advantages import ALL_MAX, ALL_MIN, KIND_NAMES, zero_signal_kinds
 from grpo_hub.algos.selection import (
@@ -44,7 +42,7 @@ from grpo_hub.algos.selection import (
     kind_fractions,
     skip_probabilities,
 )
-from grpo_hub.training.reference import resume_folder
+from grpo_hub.training.checkpoint_state import CheckpointedState
 
 STATE_FILE = "selective_rollout.pt"
 DECISIONS_KEPT = 4096
@@ -227,28 +225,6 @@ class SelectiveRollout:
         self._leftover = state["leftover"]
 
 
-class SelectiveRolloutCallback(TrainerCallback):
-    """Save the selective-rollout state in every checkpoint (rank 0 writes) and restore it on resume."""
-
-    def __init__(self, selector: SelectiveRollout):
-        self.selector = selector
-        self.resume_from: str | None = None  # set by GRPOHubTrainer.train(resume_from_checkpoint=<path>)
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step == 0:
-            return
-        folder = resume_folder(args, state.global_step, self.resume_from, filename=STATE_FILE)
-        if folder is None:
-            raise ValueError(
-                f"Resuming at step {state.global_step} with selective_rollout, but no {STATE_FILE} was found in the "
-                f"resumed checkpoint or {args.output_dir}/checkpoint-{state.global_step}: the prompt history would "
-                "restart empty. Fix: resume from a checkpoint saved by GRPOHubTrainer with selective_rollout=True, "
-                "passing its folder to `trainer.train(resume_from_checkpoint=...)`."
-            )
-        self.selector.load_state_dict(torch.load(os.path.join(folder, STATE_FILE), weights_only=True))
-
-    def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-            os.makedirs(folder, exist_ok=True)
-            torch.save(self.selector.state_dict(), os.path.join(folder, STATE_FILE))
+def checkpointed(selector: SelectiveRollout) -> CheckpointedState:
+    """The callback that saves the selective-rollout state in every checkpoint and restores it on resume."""
+    return CheckpointedState(selector, STATE_FILE, "selective_rollout=True", "the prompt history")

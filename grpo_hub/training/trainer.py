@@ -25,7 +25,7 @@ from grpo_hub.generation import loss_time_is
 from grpo_hub.generation.is_diagnostics import edit_is_weights
 from grpo_hub.generation.vllm_setup import ServerSettings, building_generation, prepare_vllm
 from grpo_hub.records.model_card import write_run_files
-from grpo_hub.training import filtering, scored_batch
+from grpo_hub.training import filtering, rollout_budget, scored_batch
 from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream, load_stream_state
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.dynamic_sampling import DynamicSampler
@@ -44,7 +44,7 @@ from grpo_hub.training.reference import (
     strip_reference_adapter,
     trained_adapter_name,
 )
-from grpo_hub.training.selective_rollout import SelectiveRollout, SelectiveRolloutCallback, signature_columns
+from grpo_hub.training.selective_rollout import SelectiveRollout, checkpointed, signature_columns
 from grpo_hub.training.time_budget import TimeBudgetCallback, slowest
 from grpo_hub.training.turns import TurnCredit
 
@@ -101,7 +101,17 @@ class GRPOHubTrainer(GRPOTrainer):
             self._batch_stream = GenerationBatchStream(args.steps_per_generation * self.num_iterations)
             self.add_callback(BatchStreamCallback(self._batch_stream))
         self._dynamic_sampler = self._make_dynamic_sampler() if args.dynamic_sampling else None
+        self._state_callbacks = []  # features whose state is saved in each checkpoint (training.checkpoint_state)
         self._selector = self._make_selector() if args.selective_rollout else None
+        self._budgets = None  # per-prompt rollout budgets (training.rollout_budget)
+        if features.is_on("rollout_budget", args):
+            self._budgets = rollout_budget.RolloutBudgets.from_config(
+                args, gather_objects=gather_object, rank=self.accelerator.process_index,
+                group_size=self.num_generations, metrics=self._metrics["train"],
+            )  # fmt: skip
+            self._state_callbacks.append(rollout_budget.checkpointed(self._budgets))
+        for callback in self._state_callbacks:
+            self.add_callback(callback)
         self._packer = None  # packing state (training.packing), under filtering with zero_signal_pack
         if args.packs_rows:
             self._packer = MicroStepPacker.from_config(
@@ -184,8 +194,7 @@ class GRPOHubTrainer(GRPOTrainer):
             rank=acc.process_index, num_processes=acc.num_processes, group_size=self.num_generations,
             metrics=self._metrics["train"],
         )  # fmt: skip
-        self._selector_callback = SelectiveRolloutCallback(selector)
-        self.add_callback(self._selector_callback)
+        self._state_callbacks.append(checkpointed(selector))
         return selector
 
     def _set_signature_columns_if_needed(self):
@@ -212,8 +221,8 @@ class GRPOHubTrainer(GRPOTrainer):
         state and the time budget's seconds saved in it."""
         if self._reference_callback is not None and isinstance(resume_from_checkpoint, str):
             self._reference_callback.resume_from = resume_from_checkpoint
-        if self._selector is not None and isinstance(resume_from_checkpoint, str):
-            self._selector_callback.resume_from = resume_from_checkpoint
+        for callback in self._state_callbacks:
+            callback.resume_from = resume_from_checkpoint if isinstance(resume_from_checkpoint, str) else None
         if self._time_budget is not None and isinstance(resume_from_checkpoint, str):
             self._time_budget.resume_from = resume_from_checkpoint
         return super().train(resume_from_checkpoint, *args, **kwargs)
@@ -289,6 +298,8 @@ class GRPOHubTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         if mode == "train" and self._selector is not None:  # GRESO: skip predicted zero-signal prompts
             inputs = self._selector.select(inputs)
+        if mode == "train" and self._budgets is not None:  # each prompt its own number of completions
+            inputs = self._budgets.assign(inputs)
         if mode == "train" and self._rollouts is not None:  # asynchronous: train the oldest launched batch
             inputs = self._next_async_batch(inputs)
         check_batch_prompts(inputs, environment_prompts=self.environment_factories is not None)
@@ -296,6 +307,8 @@ class GRPOHubTrainer(GRPOTrainer):
         with loss_time_is.scoring_without_ratio(self, in_loss):
             output = super()._generate_and_score_completions(inputs)
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        if mode == "train" and self._budgets is not None:
+            group_size = self._budgets.sizes
         rank_rows = slice(
             self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs)
         )
@@ -312,9 +325,12 @@ class GRPOHubTrainer(GRPOTrainer):
             )
         if self.vllm_importance_sampling_correction and in_loss is None:
             edit_is_weights(output, self._metrics[mode], self._gather, **self._is_settings())
-        scored_batch.log_advantages(
-            self.accelerator.gather(output["advantages"].detach().reshape(-1).float()), self._metrics[mode]
-        )
+        everything = self.accelerator.gather(output["advantages"].detach().reshape(-1).float())
+        scored_batch.log_advantages(everything, self._metrics[mode])
+        if (
+            mode == "train" and self._budgets is not None
+        ):  # the prompts' history; TRL's group-wise logs, per group
+            self._budgets.record(rewards, everything, self._logs["advantages"])
         self._zero_signal_kinds.log(rewards, group_size, self._metrics[mode])
         zero = adv_fns.zero_signal_mask(rewards, group_size, self.args.zero_signal_eps)
         return output, zero.to(output["advantages"].device)

@@ -203,6 +203,9 @@ EFFECTIVE = {
     "selective_rollout_revisit_after": (2, {"selective_rollout": True}),
     "selective_rollout_reward_min": (0.0, {"selective_rollout": True}),
     "selective_rollout_reward_max": (1.0, {"selective_rollout": True}),
+    "rollout_budget_min": (3, {"rollout_budget": "knapsack"}),
+    "rollout_budget_max": (16, {"rollout_budget": "knapsack"}),
+    "rollout_budget_log_column": ("level", {"rollout_budget": "knapsack"}),
 }
 
 

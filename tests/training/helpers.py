@@ -237,6 +237,13 @@ INVALID = [
     ("zero_signal_pack", {"zero_signal_pack": True, "filter_zero_signal": True, "loss_type": "bnpo"}),
     ("reward_norm", {"selective_rollout": True, "reward_norm": "batch"}),
     ("selective_rollout_id_column", {"selective_rollout_id_column": "id"}),  # feature off
+    ("rollout_budget", {"rollout_budget": "adaptive"}),
+    ("rollout_budget_min", {"rollout_budget": "knapsack", "rollout_budget_min": 1}),
+    ("rollout_budget_min", {"rollout_budget": "knapsack", "rollout_budget_min": 2.5}),
+    ("rollout_budget_min", {"rollout_budget": "knapsack", "rollout_budget_min": 64}),  # above num_generations
+    ("rollout_budget_max", {"rollout_budget": "knapsack", "rollout_budget_max": 2}),  # below num_generations
+    ("rollout_budget_max", {"rollout_budget_max": 16}),  # feature off
+    ("rollout_budget_log_column", {"rollout_budget_log_column": "level"}),  # feature off
     (
         "selective_rollout_target_zero_frac",
         {"selective_rollout": True, "selective_rollout_target_zero_frac": 1.5},

@@ -1,7 +1,7 @@
 """The equivalence suite: every promise that grpo_hub equals plain TRL, stated once and checked here.
 
 Promises (README.md, docs/variants.md, docs/filtering.md, docs/reference-adapter.md, docs/selective-rollout.md,
-docs/validation.md):
+docs/rollout-budget.md, docs/validation.md):
 
 - DEFAULTS: with every new field at its default, GRPOHubTrainer gives TRL's batch, loss and gradient bit for
   bit, so training ends at TRL's weights bit for bit.
@@ -12,6 +12,8 @@ docs/validation.md):
   the rows dropped, and the weights agree to float summation order (dropped rows would have contributed 0).
 - NEUTRAL_UNTIL_IT_ACTS: a reference adapter kept or refreshed on a schedule that has not fired yet, and
   selective rollout before it has learned anything, change nothing: TRL bit for bit.
+- EQUAL_BUDGETS: per-prompt rollout budgets held at num_generations (rollout_budget_min == rollout_budget_max)
+  train like TRL bit for bit (docs/rollout-budget.md).
 - REWARDS_READ_AS_TRL: list, array, tensor and async reward outputs, with None/NaN, score as in TRL.
 
 The training promises are checked on a grid of batch layouts: steps_per_generation {1, 2, 4} x
@@ -32,7 +34,7 @@ from trl import GRPOConfig, GRPOTrainer
 from grpo_hub.config import features
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import make_trainer, scored_batch, tiny_config
-from tests.training.equivalence_runs import Layout, logged_rewards, train, trained_weights
+from tests.training.equivalence_runs import NUM_GENERATIONS, Layout, logged_rewards, train, trained_weights
 from tests.training.helpers import ALL_NORMALISER
 from tests.training.helpers import run as run_probed
 
@@ -145,6 +147,23 @@ def test_reference_adapter_changes_nothing_until_it_acts(tmp_path, tiny_model_di
     settings = {**REFERENCE_BETA, **REFERENCE_VARIANTS[variant]}
     trainer, hub_weights, hub_rewards = hub_run(tmp_path, tiny_model_dir, layout, settings)
     assert "ref" in trainer.model.peft_config
+    assert torch.equal(hub_weights, weights)
+    assert hub_rewards == rewards
+
+
+# --- EQUAL_BUDGETS ---
+EQUAL_BUDGETS = {
+    "rollout_budget": "knapsack",
+    "rollout_budget_min": NUM_GENERATIONS,
+    "rollout_budget_max": NUM_GENERATIONS,
+}
+
+
+@pytest.mark.parametrize("layout", grid_params(GRID))
+def test_rollout_budgets_of_num_generations_train_like_trl(tmp_path, tiny_model_dir, trl_runs, layout):
+    weights, rewards = trl_runs(layout, {})
+    trainer, hub_weights, hub_rewards = hub_run(tmp_path, tiny_model_dir, layout, EQUAL_BUDGETS)
+    assert trainer._budgets.history, "the budgets never ran"
     assert torch.equal(hub_weights, weights)
     assert hub_rewards == rewards
 

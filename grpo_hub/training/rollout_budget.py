@@ -1,0 +1,163 @@
+"""Per-prompt rollout budgets (`GRPOHubConfig.rollout_budget="knapsack"`, Knapsack RL): the trainer glue.
+
+The rule is `grpo_hub.algos.rollout_budget`; this module decides what it is given and what comes of it:
+
+- `RolloutBudgets.assign(inputs)`: gathers the generation batch of every rank (TRL's RepeatSampler puts each prompt
+  `num_generations` times in a row; rank k holds rows [k·n, (k+1)·n)), estimates each prompt's success rate from its
+  earlier groups (`success_estimates`: a Beta prior centred on the success rate of every completion scored so far,
+  `PRIOR_STRENGTH` completions strong, so a prompt never seen gets that rate), shares the batch's rows out among its
+  prompts (`allocate_budgets`, each within [rollout_budget_min, rollout_budget_max]) and returns this rank's rows:
+  the same number as given, each prompt's row repeated its budget times, prompts in their order. A group may span
+  two ranks: TRL gathers rewards over all ranks and the advantages are computed over all of them (`sizes`).
+- `RolloutBudgets.record(rewards)`: the gathered rewards of the batch just scored update each prompt's history. A
+  completion counts as solved when its reward lies in the upper half of the rewards seen so far (the rule
+  `algos.advantages.zero_signal_kinds` uses for an all-max group); unscorable (NaN) rewards count for nothing.
+- `checkpointed(budgets)`: the history in every checkpoint, restored on resume.
+
+With every estimate equal (the first step, or `rollout_budget_min == rollout_budget_max == num_generations`) every
+budget is `num_generations`: TRL's batch, row for row.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+
+import torch
+
+from grpo_hub.algos.advantages import zero_signal_mask
+from grpo_hub.algos.rollout_budget import allocate_budgets, success_estimates
+from grpo_hub.training.checkpoint_state import CheckpointedState
+from grpo_hub.training.selective_rollout import prompt_id
+
+STATE_FILE = "rollout_budget.pt"
+# Pseudo-completions of the prior: a prompt's first group of 8 outweighs it 4:1, and a prompt with no solved
+# completion yet keeps an estimate above 0 (0 would make its value, and so its budget beyond the minimum, nothing).
+PRIOR_STRENGTH = 2.0
+DEFAULT_MAX_GROUPS = (
+    4  # rollout_budget_max None: 4 x num_generations (Knapsack RL's budgets reach ~12x the mean)
+)
+
+
+class RolloutBudgets:
+    """Per-prompt budgets of the generation batch being scored, and every prompt's outcomes so far.
+
+    Narrow inputs from the trainer: `gather_objects` (list of this rank -> lists of all ranks concatenated), this
+    `rank`, `group_size` (num_generations), the bounds, the dataset `log_column` and its train `metrics`.
+    """
+
+    def __init__(
+        self, *, gather_objects, rank: int, group_size: int, low: int, high: int | None, log_column: str | None,
+        metrics,
+    ):  # fmt: skip
+        self.gather_objects, self.rank, self.group_size, self.metrics = (
+            gather_objects,
+            rank,
+            group_size,
+            metrics,
+        )
+        self.low, self.high = low, high or DEFAULT_MAX_GROUPS * group_size
+        self.log_column = log_column
+        self.history: dict[int, list[float]] = {}  # prompt id -> [solved, scored] completions
+        self.reward_range = (math.inf, -math.inf)  # lowest / highest reward seen
+        self.sizes: list[int] | None = None  # group sizes of the batch being scored (all ranks, row order)
+        self._ids: list[int] = []  # prompt ids of those groups
+        self._labels: list = []  # their `log_column` values
+
+    @classmethod
+    def from_config(cls, args, **wiring) -> RolloutBudgets:
+        return cls(
+            low=args.rollout_budget_min, high=args.rollout_budget_max, log_column=args.rollout_budget_log_column,
+            **wiring,
+        )  # fmt: skip
+
+    def estimates(self, ids: list[int]) -> list[float]:
+        """Each prompt's estimated success rate (`success_estimates`), the prior at every completion's rate so far."""
+        solved, scored = (sum(h[i] for h in self.history.values()) for i in (0, 1))
+        prior = solved / scored if scored else 0.5
+        seen = [self.history.get(i, [0.0, 0.0]) for i in ids]
+        return success_estimates([h[0] for h in seen], [h[1] for h in seen], prior, PRIOR_STRENGTH)
+
+    def assign(self, inputs: list) -> list:
+        """This rank's rows of the batch with each prompt repeated its budget times (as many rows as `inputs`)."""
+        rows = self.gather_objects(list(inputs))
+        groups = [rows[i : i + self.group_size] for i in range(0, len(rows), self.group_size)]
+        if any(row["prompt"] != group[0]["prompt"] for group in groups for row in group):
+            raise ValueError(
+                "`rollout_budget`: a generation batch's rows are not groups of num_generations rows of one prompt "
+                "(TRL's RepeatSampler order). Fix: use the trainer's own sampler, or rollout_budget='uniform'."
+            )
+        self._ids = [prompt_id(group[0], None) for group in groups]
+        high = min(self.high, len(rows) - self.low * (len(groups) - 1))
+        self.sizes = allocate_budgets(self.estimates(self._ids), len(rows), self.low, high)
+        if self.log_column is not None:
+            self._labels = [_label(group[0], self.log_column) for group in groups]
+        budgeted = [
+            group[0] if copy_index == 0 else copy.copy(group[0])
+            for group, size in zip(groups, self.sizes, strict=True)
+            for copy_index in range(size)
+        ]
+        return budgeted[self.rank * len(inputs) : (self.rank + 1) * len(inputs)]
+
+    def record(self, rewards: torch.Tensor, advantages: torch.Tensor, logged_advantages) -> None:
+        """Update the history from the gathered `rewards` of the batch `assign` built and log the budgets. TRL
+        computed its logged group statistics over `num_generations` rows at a time: with ragged groups its
+        `frac_reward_zero_std` and its logged advantages (`logged_advantages`, TRL's deque) are replaced by each
+        group's own (`advantages`: all ranks' rows, as recomputed)."""
+        scored = rewards[~torch.isnan(rewards)]
+        if scored.numel():
+            low, high = self.reward_range
+            self.reward_range = (min(low, scored.min().item()), max(high, scored.max().item()))
+        low, high = self.reward_range
+        solved = ((rewards - low) >= (high - rewards)) & (high > low)  # NaN compares False
+        start = 0
+        for prompt, size in zip(self._ids, self.sizes, strict=True):
+            group = slice(start, start + size)
+            entry = self.history.setdefault(prompt, [0.0, 0.0])
+            entry[0] += float(solved[group].sum())
+            entry[1] += float((~torch.isnan(rewards[group])).sum())
+            start += size
+        self._log(rewards)
+        if len(set(self.sizes)) > 1:
+            self.metrics["frac_reward_zero_std"][-1] = float(
+                zero_signal_mask(rewards, self.sizes).double().mean()
+            )
+            for _ in range(len(advantages)):
+                logged_advantages.pop()
+            logged_advantages.extend(advantages.tolist())
+
+    def _log(self, rewards: torch.Tensor) -> None:
+        sizes, metrics = self.sizes, self.metrics
+        metrics["rollout_budget/min"].append(float(min(sizes)))
+        metrics["rollout_budget/max"].append(float(max(sizes)))
+        metrics["rollout_budget/std"].append(statistics.pstdev(sizes))
+        signal = ~zero_signal_mask(rewards, sizes)
+        metrics["rollout_budget/frac_groups_with_signal"].append(
+            float(signal[torch.tensor(sizes).cumsum(0) - 1].double().mean())
+        )
+        metrics["rollout_budget/frac_completions_with_signal"].append(float(signal.double().mean()))
+        for label in sorted(set(self._labels), key=str):
+            mine = [size for size, other in zip(sizes, self._labels, strict=True) if other == label]
+            metrics[f"rollout_budget/completions/{label}"].append(sum(mine) / len(mine))
+
+    def state_dict(self) -> dict:
+        return {"history": dict(self.history), "reward_range": list(self.reward_range)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = {int(k): [float(x) for x in v] for k, v in state["history"].items()}
+        self.reward_range = tuple(state["reward_range"])
+
+
+def _label(row: dict, column: str):
+    if column not in row:
+        raise ValueError(
+            f"`rollout_budget_log_column`: the dataset rows have no column {column!r} (columns: {sorted(row)}). "
+            "Fix: name an existing column, or leave it None."
+        )
+    return row[column]
+
+
+def checkpointed(budgets: RolloutBudgets) -> CheckpointedState:
+    """The callback that saves the prompts' history in every checkpoint and restores it on resume."""
+    return CheckpointedState(budgets, STATE_FILE, "rollout_budget='knapsack'", "the prompts' history")

@@ -1,0 +1,124 @@
+"""rollout_budget="knapsack" (grpo_hub.training.rollout_budget): each prompt gets its own number of completions, the
+batch keeps TRL's size on every rank, every group's advantages run over its own completions, and the prompts'
+history survives a resume. Equal budgets give TRL's run bit for bit: tests/training/test_equivalence.py."""
+
+from collections import defaultdict, deque
+
+import pytest
+import torch
+
+from grpo_hub.algos.advantages import group_advantages, zero_signal_mask
+from grpo_hub.training.rollout_budget import RolloutBudgets
+from grpo_hub.training.selective_rollout import prompt_id
+from grpo_hub.training.trainer import GRPOHubTrainer
+from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer, tiny_config
+
+
+def budgets(rank: int, ranks_rows: list[list], **overrides) -> RolloutBudgets:
+    """Budgets of `rank` whose gather returns every rank's rows (`ranks_rows`), groups of 4."""
+    settings = {"low": 2, "high": None, "log_column": "level", "group_size": 4, **overrides}
+    return RolloutBudgets(
+        gather_objects=lambda rows: [row for rank_rows in ranks_rows for row in rank_rows],
+        rank=rank, metrics=defaultdict(list), **settings,
+    )  # fmt: skip
+
+
+def rows_of(prompts: list[str], group_size: int = 4) -> list[dict]:
+    return [{"prompt": p, "level": int(p[-1])} for p in prompts for _ in range(group_size)]
+
+
+def test_two_ranks_share_the_batch_out_by_the_prompts_history_and_keep_their_row_counts():
+    """4 prompts on 2 ranks (8 rows each): a never-solved and an always-solved prompt give completions to the two
+    prompts whose outcomes were mixed; each rank returns 8 rows, the two ranks' rows together are the budgets."""
+    rows = rows_of(["hard 1", "easy 1", "mixed 2", "mixed 3"])
+    ranks_rows = [rows[:8], rows[8:]]
+    history = {"hard 1": [0.0, 16.0], "easy 1": [16.0, 16.0], "mixed 2": [8.0, 16.0], "mixed 3": [5.0, 16.0]}
+    parts = []
+    for rank in (0, 1):
+        owner = budgets(rank, ranks_rows)
+        owner.history = {prompt_id({"prompt": p}, None): list(h) for p, h in history.items()}
+        parts.append(owner.assign(ranks_rows[rank]))
+        assert len(parts[-1]) == 8
+    assert sum(owner.sizes) == 16 and min(owner.sizes) >= 2 and len(set(owner.sizes)) > 1
+    assert owner.sizes[0] == owner.sizes[1] == 2  # nothing to learn from either: the minimum
+    expected = [row["prompt"] for size, group in zip(owner.sizes, ["hard 1", "easy 1", "mixed 2", "mixed 3"], strict=True)
+                for row in [{"prompt": group}] * size]  # fmt: skip
+    assert [row["prompt"] for row in parts[0] + parts[1]] == expected
+
+
+def test_equal_estimates_give_every_prompt_num_generations():
+    rows = rows_of(["a 1", "b 2", "c 3"])
+    owner = budgets(0, [rows])
+    assert [r["prompt"] for r in owner.assign(rows)] == [r["prompt"] for r in rows]
+    assert owner.sizes == [4, 4, 4]
+
+
+def test_rows_that_are_not_groups_of_one_prompt_are_refused():
+    rows = rows_of(["a 1", "b 2"])
+    rows[1] = {"prompt": "other", "level": 1}
+    with pytest.raises(ValueError, match="`rollout_budget`: .*num_generations rows of one prompt"):
+        budgets(0, [rows]).assign(rows)
+
+
+def test_record_counts_solved_completions_and_logs_each_groups_own_statistics():
+    owner = budgets(0, [])
+    owner.sizes, owner._ids, owner._labels = [2, 3, 3], [1, 2, 3], [1, 4, 4]
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, float("nan"), 0.0, 0.0, 0.0])
+    owner.metrics["frac_reward_zero_std"].append(0.123)  # TRL's value, over groups of num_generations rows
+    logged = deque([9.0] * 10)  # TRL's logged advantages: the last 8 are this batch's
+    advantages = group_advantages(rewards, owner.sizes)
+    owner.record(rewards, advantages, logged)
+    assert owner.history == {1: [2.0, 2.0], 2: [1.0, 2.0], 3: [0.0, 3.0]}
+    assert owner.metrics["frac_reward_zero_std"] == [
+        float(zero_signal_mask(rewards, [2, 3, 3]).double().mean())
+    ]
+    assert list(logged) == [9.0, 9.0, *advantages.tolist()]
+    metrics = owner.metrics
+    assert (metrics["rollout_budget/min"], metrics["rollout_budget/max"]) == ([2.0], [3.0])
+    assert metrics["rollout_budget/frac_groups_with_signal"] == [1 / 3]
+    assert metrics["rollout_budget/completions/1"] == [2.0] and metrics["rollout_budget/completions/4"] == [
+        3.0
+    ]
+
+
+def graded_trainer(tmp_path, model_dir, **overrides):
+    args = tiny_config(tmp_path, rollout_budget="knapsack", max_steps=6, **overrides)
+    return make_trainer(
+        GRPOHubTrainer, model_dir, args, reward_funcs=[half_signal_reward], dataset=half_signal_dataset(16)
+    )
+
+
+def test_a_ragged_batch_trains_each_groups_own_advantages(tmp_path, tiny_model_dir):
+    """After a few steps the budgets differ; the last batch's advantages (TRL's completions log) are each group's own,
+    over all ranks' rows, and so is every scored row's zero-signal flag that filtering reads."""
+    trainer = graded_trainer(tmp_path, tiny_model_dir, filter_zero_signal=True, padding_free=True)
+    trainer.train()
+    sizes = trainer._budgets.sizes
+    assert len(set(sizes)) > 1, "the budgets never differed: the test checks nothing"
+    rewards = torch.tensor(list(trainer._logs["rewards"]["half_signal_reward"])[-sum(sizes) :])
+    logged = torch.tensor(list(trainer._logs["advantages"])[-sum(sizes) :])
+    torch.testing.assert_close(logged, group_advantages(rewards, sizes))
+    spreads = [h["rollout_budget/std"] for h in trainer.state.log_history if "rollout_budget/std" in h]
+    assert spreads[0] == 0.0 and max(spreads) > 0  # the first step knows nothing: TRL's budgets
+
+
+def test_a_resumed_run_continues_the_prompts_history(tmp_path, tiny_model_dir):
+    full = graded_trainer(tmp_path / "full", tiny_model_dir)
+    full.train()
+    cut = graded_trainer(tmp_path / "cut", tiny_model_dir, save_strategy="steps", save_steps=3)
+    cut.train()
+    resumed = graded_trainer(tmp_path / "cut", tiny_model_dir)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "cut" / "checkpoint-3"))
+    assert len(set(full._budgets.sizes)) > 1 or any(
+        h.get("rollout_budget/std", 0) > 0 for h in full.state.log_history
+    ), "the budgets never differed: the test checks nothing"
+    assert resumed._budgets.history == full._budgets.history
+    assert resumed._budgets.sizes == full._budgets.sizes
+
+
+def test_a_resume_without_the_history_is_refused(tmp_path, tiny_model_dir):
+    cut = graded_trainer(tmp_path, tiny_model_dir, save_strategy="steps", save_steps=3)
+    cut.train()
+    (tmp_path / "checkpoint-3" / "rollout_budget.pt").unlink()
+    with pytest.raises(ValueError, match="rollout_budget='knapsack', but no rollout_budget.pt"):
+        graded_trainer(tmp_path, tiny_model_dir).train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
