@@ -122,3 +122,30 @@ def test_a_resume_without_the_history_is_refused(tmp_path, tiny_model_dir):
     (tmp_path / "checkpoint-3" / "rollout_budget.pt").unlink()
     with pytest.raises(ValueError, match="rollout_budget='knapsack', but no rollout_budget.pt"):
         graded_trainer(tmp_path, tiny_model_dir).train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_ranks_share_the_same_budgets_and_train_the_same_weights():
+    """2 gloo ranks, 3 groups of 4 per generation batch (6 rows a rank): both ranks allocate the same budgets, each
+    scores 6 rows, together the prompts repeated by their budgets, and the weights stay equal."""
+    from pathlib import Path
+
+    from tests.training.distributed.checks import assert_two_rank_world
+    from tests.training.distributed.launch import run_accelerate
+
+    worker = str(Path(__file__).parent / "distributed" / "budget_worker.py")
+    result = run_accelerate("cpu-ddp.yaml", worker, ["--max-steps", "8"])
+    assert_two_rank_world(result, "MULTI_CPU")
+    first, second = result["ranks"]
+    assert first["sizes"] == second["sizes"] and len(first["sizes"]) == 8
+    assert any(len(set(sizes)) > 1 for sizes in first["sizes"]), "the budgets never differed: nothing checked"
+    for sizes, rows0, rows1 in zip(first["sizes"], first["scored_rows"], second["scored_rows"], strict=True):
+        together = rows0 + rows1
+        assert len(rows0) == len(rows1) == 6 and sum(sizes) == 12
+        groups, start = [], 0
+        for size in sizes:
+            groups.append(together[start : start + size])
+            start += size
+        assert all(len(set(group)) == 1 for group in groups)  # each group one prompt, its budget's rows
+    assert first["param_fingerprint"] == second["param_fingerprint"], "the ranks' weights diverged"
