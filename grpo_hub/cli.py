@@ -250,8 +250,8 @@ def _run_vllm_serve(args: argparse.Namespace) -> NoReturn:
     host = "<this machine's address>" if args.host in ("0.0.0.0", "::") else args.host
     print(
         f"grpo-hub vllm-serve: for trainers with use_vllm=True, vllm_mode='server', "
-        f"vllm_server_base_url='http://{host}:{args.port}'\n{token_line}"
-        f"weights load only from {env[server_auth.SYNC_DIR_ENV]}\n"
+        f"vllm_server_base_url='http://{host}:{args.port}', vllm_server_sync_dir='{env[server_auth.SYNC_DIR_ENV]}'\n"
+        f"{token_line}weights load only from {env[server_auth.SYNC_DIR_ENV]}\n"
         f"running: {added} {' '.join(argv)}",
         flush=True,
     )

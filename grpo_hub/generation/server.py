@@ -268,20 +268,30 @@ def served_sync_dir(post) -> str | None:
     return body["results"][0] if status == 200 else None
 
 
-def sync_folder(sync_dir: str | None, served: str | None) -> Path:
-    """The folder syncs are written to, owner-only (`server_auth.private_folder`): `sync_dir`, which must be the
-    server's folder `served` where it has one (it loads weights from nowhere else), else `served`, else a fresh
-    temporary folder on this machine, removed at exit."""
-    if sync_dir is not None and served is not None and Path(sync_dir).resolve() != Path(served):
+def sync_folder(sync_dir: str | None, served: str | None, own: str | None = None) -> Path:
+    """The folder syncs are written to, owner-only (`server_auth.private_folder`): one the trainer agreed to, never one
+    a server merely names (a server that is not this run's, or anyone in the middle of plain HTTP, would choose the
+    folder the trainer makes owner-only and fills with weights). `sync_dir` (the user's vllm_server_sync_dir), else
+    `own` (the folder this process gave the server it started), must be the server's folder `served` where it has one;
+    with neither and no `served`, a fresh temporary folder on this machine, removed at exit."""
+    agreed = sync_dir or own
+    if served is not None and agreed is None:
         field_error(
             "vllm_server_sync_dir",
-            f"{sync_dir!r}, but the server loads weights only from its sync folder {served!r}.",
-            f"leave vllm_server_sync_dir unset (the trainer then writes to the server's folder), or start the server "
-            f"with --sync-dir {sync_dir}.",
+            f"the server names {served!r} as its sync folder, which this run did not choose: the trainer would make "
+            "it owner-only and write the weights there.",
+            f"if that server is yours, set vllm_server_sync_dir={served!r} (the --sync-dir `grpo-hub vllm-serve` "
+            "printed); or let the recipe start its own server (--vllm_server_start true).",
         )
-    if sync_dir is None and served is None:
+    if served is not None and Path(agreed).resolve() != Path(served):
+        field_error(
+            "vllm_server_sync_dir",
+            f"{agreed!r}, but the server loads weights only from its sync folder {served!r}.",
+            f"start the server with --sync-dir {agreed}, or point vllm_server_base_url at the server started with it.",
+        )
+    if agreed is None:
         return Path(server_auth.temporary_sync_folder())
-    return server_auth.private_folder(sync_dir or served)
+    return server_auth.private_folder(agreed)
 
 
 def write_atomically(target: Path, write) -> None:

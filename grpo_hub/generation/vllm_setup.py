@@ -171,7 +171,8 @@ def prepare_server(generation, settings: ServerSettings, *, collectives, metrics
 
 
 def sync_folder(client, sync_dir: str | None, sync_mode: str):
-    """The folder the main process writes syncs to (`server.sync_folder`); 'merged' needs the server's own."""
+    """The folder the main process writes syncs to (`server.sync_folder`: `sync_dir`, or the folder this process gave
+    the server when it started it); 'merged' needs the server's own."""
     served = server.served_sync_dir(client.post)
     if sync_mode == server.MERGED and served is None:
         field_error(
@@ -181,7 +182,7 @@ def sync_folder(client, sync_dir: str | None, sync_mode: str):
             f"start it with `grpo-hub vllm-serve` (which fixes one), or with {server_auth.SYNC_DIR_ENV} in its "
             "environment.",
         )
-    return server.sync_folder(sync_dir, served)
+    return server.sync_folder(sync_dir, served, own=server_process.own_sync_dir(client.base_url))
 
 
 def nccl_reason(requested: str) -> str:

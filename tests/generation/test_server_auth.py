@@ -199,21 +199,35 @@ def test_only_a_file_inside_the_sync_folder_loads(tmp_path):
         server_auth.inside_sync_folder(str(folder / "weights.safetensors"), None)
 
 
-def test_the_trainer_writes_to_the_servers_folder_owner_only_and_a_different_one_is_refused(tmp_path):
-    served = tmp_path / "served"
-    folder = server.sync_folder(None, str(served))
-    assert folder == served and served.stat().st_mode & 0o777 == 0o700
-    assert (
-        server.sync_folder(str(tmp_path / "x" / ".." / "served"), str(served.resolve()))
-        == tmp_path / "x/../served"
-    )
+def test_the_trainer_writes_only_to_a_sync_folder_it_agreed_to(tmp_path):
+    """Issue 65: a server that is not this run's, or anyone in the middle of plain HTTP, names the folder the trainer
+    would make owner-only and fill with weights: it is taken only as the folder the user set (vllm_server_sync_dir) or
+    the one this process gave a server it started (`own`)."""
+    served, elsewhere = tmp_path / "served", tmp_path / "elsewhere"
+    served.mkdir()
+    served.chmod(0o755)
+    for named in (served, elsewhere):
+        with pytest.raises(ValueError) as refused:
+            server.sync_folder(None, str(named))
+        assert str(refused.value).startswith(
+            f"`vllm_server_sync_dir`: the server names {str(named)!r} as its sync folder, which this run did not "
+            "choose"
+        )
+        assert f"Fix: if that server is yours, set vllm_server_sync_dir={str(named)!r}" in str(refused.value)
+    assert served.stat().st_mode & 0o777 == 0o755 and not elsewhere.exists()  # untouched
+    assert server.sync_folder(str(served), str(served)) == served and served.stat().st_mode & 0o777 == 0o700
+    dotted = tmp_path / "x" / ".." / "served"
+    assert server.sync_folder(str(dotted), str(served.resolve())) == dotted
+    own = tmp_path / "own"
+    assert server.sync_folder(None, str(own), own=str(own)) == own and own.stat().st_mode & 0o777 == 0o700
     with pytest.raises(
-        ValueError, match=r"`vllm_server_sync_dir`: .* loads weights only from its sync folder"
+        ValueError, match=r"`vllm_server_sync_dir`: .* loads weights only from its sync folder .* --sync-dir"
     ):
         server.sync_folder(str(tmp_path / "mine"), str(served))
-    mine = server.sync_folder(
-        str(tmp_path / "mine"), None
-    )  # a server without a folder of its own: the adapter sync
+    with pytest.raises(ValueError, match=r"`vllm_server_sync_dir`: .* loads weights only from its sync"):
+        server.sync_folder(None, str(served), own=str(own))
+    # a server without a folder of its own: the adapter sync
+    mine = server.sync_folder(str(tmp_path / "mine"), None)
     assert mine.stat().st_mode & 0o777 == 0o700
     temporary = server.sync_folder(None, None)
     assert temporary.is_dir() and temporary.stat().st_mode & 0o777 == 0o700

@@ -14,6 +14,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -69,11 +70,36 @@ def test_the_start_says_at_once_where_and_how_long_it_waits_and_is_known_as_star
         core = min(os.sched_getaffinity(0))
         assert server_process.started_here(f"{server.base_url}/") == f"cores {core}, GPUs 1"
     assert server_process.started_here(server.base_url) is None
+    assert server_process.own_sync_dir(server.base_url) is None
     assert capfd.readouterr().out.splitlines()[0] == (
         f"starting a vLLM server at http://127.0.0.1:{port} on cores {core}, GPUs 1 (log: {tmp_path / 'a.log'}); "
         "waiting up to 30 s for it to answer /health (vllm_server_timeout)"
     )
     assert server_process.placement(None, {}) == "this machine (no cores or GPUs given)"
+
+
+def test_the_trainer_takes_the_sync_folder_this_process_gave_its_server_and_no_other(tmp_path):
+    """Issue 65: the folder a server names is written to only when this process started that server with it (or the
+    user set it): a joined server's folder needs vllm_server_sync_dir."""
+    from grpo_hub.generation import vllm_setup
+
+    folder = tmp_path / "sync"
+    env = server_process.server_env({TOKEN_ENV: "t"}, cores=None, gpus=None, sync_dir=str(folder))
+    served = env[SYNC_DIR_ENV]
+
+    def client(base_url: str):
+        return SimpleNamespace(base_url=base_url, post=lambda path, payload: (200, {"results": [served]}))
+
+    with server_process.LocalServer(stand_in(free_port()), env, tmp_path / "a.log", timeout=30) as server:
+        assert server_process.own_sync_dir(f"{server.base_url}/") == env[SYNC_DIR_ENV]
+        assert vllm_setup.sync_folder(client(server.base_url), None, "merged") == folder.resolve()
+        another = client(f"http://127.0.0.1:{free_port()}")
+        with pytest.raises(ValueError, match="^`vllm_server_sync_dir`: the server names .* this run did not"):
+            vllm_setup.sync_folder(another, None, "merged")
+    # the user's setting; once stopped, another server may hold the port
+    assert vllm_setup.sync_folder(client(server.base_url), str(folder), "merged") == folder
+    with pytest.raises(ValueError, match="which this run did not choose"):
+        vllm_setup.sync_folder(client(server.base_url), None, "merged")
 
 
 def test_server_env_turns_on_dev_mode_runtime_lora_and_the_devices():

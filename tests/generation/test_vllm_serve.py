@@ -66,6 +66,7 @@ def test_it_runs_the_recipe_servers_argv_and_environment(vllm_found, capsys):
     assert f"trainers on this machine: export {TOKEN_FILE_ENV}={token_file}" in out
     assert token_file.read_text() not in out  # the token itself is never printed
     assert f"weights load only from {sync_dir.resolve()}" in out
+    assert f"vllm_server_sync_dir='{sync_dir.resolve()}'" in out  # the trainer must name it (issue 65)
 
 
 def test_defaults_bind_this_machine_only_without_lora(vllm_found, capsys):

@@ -101,11 +101,13 @@ def says_where_generation_happens(console: str, port: int, origin: str) -> None:
 
 
 def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve_and_stops_when_it_dies(tmp_path):
-    """The documented server for another node, on this one: `grpo-hub vllm-serve` from the vLLM environment. A first
-    run joins it and trains; a second run joins the same server, which then dies (OOM, a crashed node): the run
-    stops with the error and its last checkpoint is whole."""
+    """The documented server for another node, on this one: `grpo-hub vllm-serve` from the vLLM environment. A run
+    with a wrong token, and one that does not name the server's sync folder, stop with one line; a first run joins it
+    and trains; a second run joins the same server, which then dies (OOM, a crashed node): the run stops with the
+    error and its last checkpoint is whole."""
     from pathlib import Path
 
+    from grpo_hub.generation.server_auth import default_sync_dir
     from grpo_hub.generation.server_process import LocalServer
     from grpo_hub.tasks.chain_model import chain_model_path
     from tests.training.vllm.engine import vllm_env, vllm_python
@@ -114,6 +116,8 @@ def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve_and_stops_when
     serve = [str(Path(vllm_python()).parent / "grpo-hub"), "vllm-serve", "--model", chain_model_path(),
              "--port", str(port), "--dtype", "float32"]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
+    sync_dir = str(default_sync_dir(port).resolve())  # the folder the server prints
+    named = ("--vllm_server_sync_dir", sync_dir)
 
     def join(out: Path, *args: str) -> list[str]:
         return [vllm_python(), str(RECIPE), "--config", str(CONFIGS / "chain.yaml"), "--use_vllm", "true",
@@ -134,9 +138,18 @@ def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve_and_stops_when
             f"trainer sent a token the server does not take. Fix: set {TOKEN_ENV}"
         ) in wrong.stderr
         assert '"GET /v1/models HTTP/1.1" 401' in (tmp_path / "server.log").read_text()  # the server's side
+        unnamed = subprocess.run(
+            join(tmp_path / "unnamed", "--max_steps", "1"), cwd=REPO_ROOT, env=vllm_env(), capture_output=True,
+            text=True, timeout=RUN_LIMIT_S,
+        )  # fmt: skip
+        assert unnamed.returncode == 2 and "Traceback" not in unnamed.stderr, unnamed.stderr[-3000:]
+        # issue 65: the trainer writes weights only to a folder it agreed to; the server printed its folder
+        refusal = f"grpo.py: error: `vllm_server_sync_dir`: the server names '{sync_dir}' as its sync folder"
+        assert refusal in unnamed.stderr and f"set vllm_server_sync_dir='{sync_dir}'" in unnamed.stderr
+        assert f"vllm_server_sync_dir='{sync_dir}'" in (tmp_path / "server.log").read_text()
         out = tmp_path / "out"
         done = subprocess.run(
-            join(out, "--max_steps", "3"), cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True,
+            join(out, "--max_steps", "3", *named), cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True,
             timeout=RUN_LIMIT_S,
         )  # fmt: skip
         console = done.stdout + done.stderr
@@ -150,7 +163,7 @@ def test_the_recipe_joins_a_server_started_by_grpo_hub_vllm_serve_and_stops_when
         dying = tmp_path / "dying"
         with open(tmp_path / "console.log", "w") as log:
             process = subprocess.Popen(
-                join(dying, "--max_steps", "500", "--save_strategy", "steps", "--save_steps", "2"),
+                join(dying, "--max_steps", "500", "--save_strategy", "steps", "--save_steps", "2", *named),
                 cwd=REPO_ROOT, env=vllm_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         checkpoint = dying / "checkpoint-2"

@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from grpo_hub.generation.server_auth import TOKEN_ENV, new_token
+from grpo_hub.generation.server_auth import SYNC_DIR_ENV, TOKEN_ENV, new_token
 from grpo_hub.generation.server_process import LocalServer, server_command, server_env
 from tests.conftest import REPO_ROOT, RUN_LIMIT_S, free_port, skip_or_fail
 from tests.training.distributed.launch import launch_env, output_tail, run_isolated
@@ -86,15 +86,17 @@ def chain_server(log_dir: Path) -> LocalServer:
     return LocalServer(argv, env, log_dir / "server.log", timeout=RUN_LIMIT_S)
 
 
-def run_server_worker(result_dir: Path, runs: dict, base_url: str, *, ranks: int = 1, extra=()):
-    """`server_worker.py` over `runs` against the server at `base_url` (like `run_worker`)."""
+def run_server_worker(result_dir: Path, runs: dict, server: LocalServer, *, ranks: int = 1, extra=()):
+    """`server_worker.py` over `runs` against `server`, writing to its sync folder (like `run_worker`)."""
     worker = Path(__file__).resolve().parent / "server_worker.py"
     args = [
         str(worker),
         "--result-dir",
         str(result_dir),
         "--base-url",
-        base_url,
+        server.base_url,
+        "--sync-dir",
+        server.env[SYNC_DIR_ENV],
         "--runs",
         json.dumps(runs),
         *extra,

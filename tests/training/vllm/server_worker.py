@@ -3,7 +3,7 @@ chain model against a vLLM OpenAI server (`vllm_mode="server"`), one after the o
 `<result-dir>/<name>/rank<k>.json` per run: the log history, the world size, and (main process) the server probe after
 every sync: the server's log-probs of fixed sequences against the trainer's, the sync mode, bytes and count.
 
-    python tests/training/vllm/server_worker.py --result-dir DIR --base-url http://127.0.0.1:PORT \
+    python tests/training/vllm/server_worker.py --result-dir DIR --base-url http://127.0.0.1:PORT --sync-dir SYNC \
         --runs '{"merged": {"vllm_server_sync": "merged", "lora_r": 16}}'
 
 A run's JSON holds GRPOHubConfig overrides, plus `lora_r` (train a LoRA adapter of this rank; absent: full model),
@@ -126,14 +126,15 @@ class RestartServer(TrainerCallback):
 
 
 def train(
-    run_dir: Path, overrides: dict, base_url: str, server_command: dict | None, result_root: Path
+    run_dir: Path, overrides: dict, server: dict, server_command: dict | None, result_root: Path
 ) -> None:
+    """One run against `server` ({"vllm_server_base_url": ..., "vllm_server_sync_dir": ...})."""
     overrides = dict(overrides)
     lora_r = overrides.pop("lora_r", 0)
     resume_from = overrides.pop("resume_from", None)
     restart_after = overrides.pop("restart_after", None)
     trl_path = overrides.pop("trl_path", False)
-    args = tiny_config(run_dir / "out", **{**BASE_CONFIG, "vllm_server_base_url": base_url, **overrides})
+    args = tiny_config(run_dir / "out", **{**BASE_CONFIG, **server, **overrides})
     peft_config = None
     if lora_r:
         from peft import LoraConfig
@@ -155,7 +156,9 @@ def train(
     forwards.pause_during(trainer.vllm_generation, "sync_weights")
     forwards.pause_during(trainer.vllm_generation.grpo_hub_sync, "sync")
     if restart_after is not None:
-        trainer.add_callback(RestartServer(trainer, restart_after, server_command, base_url))
+        trainer.add_callback(
+            RestartServer(trainer, restart_after, server_command, server["vllm_server_base_url"])
+        )
     checkpoint = str(result_root / resume_from) if resume_from is not None else None
     trainer.train(resume_from_checkpoint=checkpoint)
     write_rank_result(
@@ -173,12 +176,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--result-dir", required=True)
     parser.add_argument("--base-url", required=True)
+    parser.add_argument("--sync-dir", required=True, help="the server's sync folder (vllm_server_sync_dir)")
     parser.add_argument("--runs", required=True, help="JSON: {run name: overrides}")
     parser.add_argument("--server-command", default=None, help="JSON: {argv, env, log, pgid, pgid_file}")
     cli = parser.parse_args()
     command = json.loads(cli.server_command) if cli.server_command else None
     for name, overrides in json.loads(cli.runs).items():
-        train(Path(cli.result_dir, name), overrides, cli.base_url, command, Path(cli.result_dir))
+        server = {"vllm_server_base_url": cli.base_url, "vllm_server_sync_dir": cli.sync_dir}
+        train(Path(cli.result_dir, name), overrides, server, command, Path(cli.result_dir))
 
 
 if __name__ == "__main__":

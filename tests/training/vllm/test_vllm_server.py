@@ -52,7 +52,7 @@ ONE_RANK_RUNS = {
 def runs(vllm_server, tmp_path_factory):
     from tests.training.vllm.engine import run_server_worker
 
-    return run_server_worker(tmp_path_factory.mktemp("vllm_server"), ONE_RANK_RUNS, vllm_server.base_url)
+    return run_server_worker(tmp_path_factory.mktemp("vllm_server"), ONE_RANK_RUNS, vllm_server)
 
 
 def probe(runs, name) -> dict:
@@ -119,9 +119,7 @@ def test_two_ranks_share_one_server(vllm_server, tmp_path_factory):
     from tests.training.vllm.engine import run_server_worker
 
     runs = {"async": ASYNC}
-    ranks = run_server_worker(tmp_path_factory.mktemp("vllm_server_2"), runs, vllm_server.base_url, ranks=2)[
-        "async"
-    ]
+    ranks = run_server_worker(tmp_path_factory.mktemp("vllm_server_2"), runs, vllm_server, ranks=2)["async"]
     assert [r["world_size"] for r in ranks] == [2, 2]
     assert max(staleness(ranks[0])) == 1
     record = ranks[0]["probe"]
@@ -145,7 +143,7 @@ def test_a_restarted_server_gets_the_current_weights_before_it_serves(tmp_path):
     runs = {"restart": {**LORA, "vllm_server_sync": "merged", "max_steps": 4, "restart_after": 2}}
     try:
         result = run_server_worker(
-            tmp_path / "runs", runs, server.base_url, extra=["--server-command", json.dumps(command)]
+            tmp_path / "runs", runs, server, extra=["--server-command", json.dumps(command)]
         )
     finally:
         server.stop()
