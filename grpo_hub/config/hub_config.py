@@ -387,8 +387,9 @@ class GRPOHubConfig(GRPOConfig):
         metadata={
             "help": "Folder each server sync writes the adapter or weights to, owner-only; the server reads them at "
             "the same path (a shared filesystem for a server on another node). A grpo_hub server loads weights only "
-            "from its own sync folder, fixed when it starts: None writes there, a set folder must be that one. None "
-            "with a server without one: a temporary folder on this machine."
+            "from its own sync folder, fixed when it starts (`grpo-hub vllm-serve` prints it): set that folder here. "
+            "None: the folder of the server this process started (the recipe's --vllm_server_start), or a temporary "
+            "folder on this machine for a server without one; a folder another server names is refused."
         },
     )
     max_staleness: int = field(
