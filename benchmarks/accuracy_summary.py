@@ -1,11 +1,13 @@
-"""Time-to-accuracy summary and report: targets, times to them and ratios to plain TRL on the CPU clock and the
-modeled GPU clock (`benchmarks.clocks`), the work done, the curves and the plot. Input: {config: [evaluation
-points of one run, per seed]} from `benchmarks.time_to_accuracy`.
+"""The summary and report of `benchmarks.time_to_accuracy` on its two clocks, the measured CPU clock and the modeled
+GPU clock (`benchmarks.clocks`): targets, times to them and ratios to plain TRL (`benchmarks.tta_harness`) per clock,
+the work done, the curves and the plot. Input: {config: [evaluation points of one run, per seed]}.
 """
 
 import statistics
 
 from benchmarks import clocks
+from benchmarks import tta_harness as harness
+from benchmarks.common import print_table
 
 
 def calibration(trl_runs: list[list[dict]], share: float) -> clocks.UnitCosts:
@@ -22,50 +24,27 @@ def clock_times(runs: list[dict], clock: str, costs: clocks.UnitCosts) -> list[f
     return [costs.seconds(p["generated_rows"], p["micro_steps"]) for p in runs]
 
 
-def mean_curve(trl_runs: list[list[dict]], clock: str, costs: clocks.UnitCosts) -> tuple[list, list]:
-    """Plain TRL's (times, accuracies) on `clock`, mean over seeds point by point (its points share one grid)."""
-    length = min(map(len, trl_runs))
-    times = [clock_times(runs, clock, costs)[:length] for runs in trl_runs]
-    accuracies = [[p["accuracy"]["all"] for p in runs[:length]] for runs in trl_runs]
-    return [statistics.fmean(t) for t in zip(*times, strict=True)], [
-        statistics.fmean(a) for a in zip(*accuracies, strict=True)
-    ]
-
-
 def summarize(results: dict, budget: float, share: float = clocks.GPU_GENERATION_SHARE) -> dict:
-    """Targets (plain TRL's mean accuracy at `TARGET_FRACTIONS` of its budget) and, per configuration and clock:
-    time to each target per seed, its ratio to the time plain TRL's mean curve takes (so a TRL seed below the mean
-    does not leave the ratio undefined), their median, accuracy at TRL's full budget; work at the end."""
+    """Targets (`tta_harness.targets`) and, per configuration and clock: time to each target per seed and its ratio to
+    plain TRL's mean curve's (`tta_harness.target_cells`), accuracy at TRL's full budget; work at the end."""
     costs = calibration(results["trl"], share)
-    trl_points = len(results["trl"][0]) - 1  # evaluations after the start, on plain TRL's (CPU) grid
-    targets = {
-        str(f): statistics.fmean(runs[round(f * trl_points)]["accuracy"]["all"] for runs in results["trl"])
-        for f in clocks.TARGET_FRACTIONS
-    }
+    goals = harness.targets(results["trl"])  # on plain TRL's (CPU) grid
     clock_names = ("cpu", "gpu")
-    trl_times = {  # plain TRL's mean curve's time to each target, per clock
-        clock: {
-            f: clocks.reached_at(*mean_curve(results["trl"], clock, costs), t) for f, t in targets.items()
-        }
+    trl_curves = {  # plain TRL's mean curve, per clock
+        clock: harness.mean_curve(
+            [(clock_times(runs, clock, costs), harness.accuracies(runs)) for runs in results["trl"]]
+        )
         for clock in clock_names
     }
     table = {}
     for name, seeds in results.items():
         row = {"final_accuracy": [runs[-1]["accuracy"]["all"] for runs in seeds]}
-        accuracies = [[p["accuracy"]["all"] for p in runs] for runs in seeds]
+        accuracies = [harness.accuracies(runs) for runs in seeds]
         for clock in clock_names:
             times = [clock_times(runs, clock, costs) for runs in seeds]
-            per_clock = {}
-            for fraction, target in targets.items():
-                theirs = trl_times[clock][fraction]
-                reached = [clocks.reached_at(t, a, target) for t, a in zip(times, accuracies, strict=True)]
-                ratios = [clocks.time_ratio(mine, theirs) for mine in reached]
-                per_clock[fraction] = {
-                    "time_to_target": reached,
-                    "trl_time_to_target": theirs,
-                    "ratio_to_trl": ratios,
-                    "median_ratio": statistics.median(ratios) if None not in ratios else None,
-                }
+            per_clock = harness.target_cells(
+                list(zip(times, accuracies, strict=True)), trl_curves[clock], goals
+            )
             per_clock["accuracy_at_budget"] = [
                 clocks.accuracy_at(t, a, budget) for t, a in zip(times, accuracies, strict=True)
             ]
@@ -76,27 +55,18 @@ def summarize(results: dict, budget: float, share: float = clocks.GPU_GENERATION
             generation_share=statistics.median(p["generation_seconds"] / p["time"] for p in finals),
         )
         table[name] = row
-    return {"targets": targets, "budget": budget, "gpu_share": share, "costs": vars(costs), "configs": table}
+    return {"targets": goals, "budget": budget, "gpu_share": share, "costs": vars(costs), "configs": table}
 
 
 WORK_KEYS = ("generated_tokens", "generated_rows", "trained_rows", "micro_steps", "optimizer_steps")
 
 
-def _fmt(values, spec=".2f") -> str:
-    return " / ".join(
-        "never" if v is None else ("inf" if v == float("inf") else format(v, spec)) for v in values
-    )
-
-
-def _mean(values) -> str:
-    return f"{statistics.fmean(values):.3f}"
-
-
 def print_report(results: dict, summary: dict, header: str, measured: str = "CPU") -> None:
     """The report; `measured` names the measured clock ("CPU", or a GPU's wall clock), the "cpu" rows of `summary`."""
     print(header)
-    targets = ", ".join(f"{float(f):.0%} {t:.4f}" for f, t in summary["targets"].items())
-    print(f"targets = plain TRL's mean held-out accuracy at a fraction of its budget: {targets}")
+    print(
+        f"targets = plain TRL's mean held-out accuracy at a fraction of its budget: {harness.targets_line(summary['targets'])}"
+    )
     print(
         f"GPU clock: generated rows x {summary['costs']['row']:.3g} s + micro-steps x "
         f"{summary['costs']['micro_step']:.3g} s (plain TRL's generation share {summary['gpu_share']:.0%})"
@@ -109,31 +79,23 @@ def print_report(results: dict, summary: dict, header: str, measured: str = "CPU
             else "GPU clock" + (" (modeled)" if measured != "CPU" else "")
         )
         print(f"\n{name}: median ratio of the time to each target to plain TRL's (per seed)")
-        print(
-            "| config | "
-            + " | ".join(f"to {float(f):.0%} target" for f in summary["targets"])
-            + " | accuracy at TRL's budget (mean) |"
-        )
-        print("|---" * (len(summary["targets"]) + 2) + "|")
-        for name, row in summary["configs"].items():
-            cells = []
-            for fraction in summary["targets"]:
-                cell = row[clock][fraction]
-                median = (
-                    "never (some seed)" if cell["median_ratio"] is None else f"**{cell['median_ratio']:.2f}**"
-                )
-                cells.append(f"{median} ({_fmt(cell['ratio_to_trl'])})")
-            print(f"| {name} | " + " | ".join(cells) + f" | {_mean(row[clock]['accuracy_at_budget'])} |")
+        rows = [
+            [name, *(harness.ratio_cell(row[clock][f]) for f in summary["targets"]),
+             f"{statistics.fmean(row[clock]['accuracy_at_budget']):.3f}"]
+            for name, row in summary["configs"].items()
+        ]  # fmt: skip
+        heads = [f"to {float(f):.0%} target" for f in summary["targets"]]
+        print_table(["config", *heads, "accuracy at TRL's budget (mean)"], rows, right=False)
     print("\nWork at the end of each run, median over seeds (ratio to plain TRL):")
-    print(
-        "| config | final accuracy (per seed) | "
-        + " | ".join(k.replace("_", " ") for k in WORK_KEYS)
-        + f" | generation share ({measured}) |"
+    rows = [
+        [name, harness.joined(row["final_accuracy"], ".3f"),
+         *(f"{row[k]:.0f} ({row[k] / trl[k]:.2f}x)" for k in WORK_KEYS), f"{row['generation_share']:.2f}"]
+        for name, row in summary["configs"].items()
+    ]  # fmt: skip
+    heads = [k.replace("_", " ") for k in WORK_KEYS]
+    print_table(
+        ["config", "final accuracy (per seed)", *heads, f"generation share ({measured})"], rows, right=False
     )
-    print("|---" * (len(WORK_KEYS) + 3) + "|")
-    for name, row in summary["configs"].items():
-        work = " | ".join(f"{row[k]:.0f} ({row[k] / trl[k]:.2f}x)" for k in WORK_KEYS)
-        print(f"| {name} | {_fmt(row['final_accuracy'], '.3f')} | {work} | {row['generation_share']:.2f} |")
     print(
         "\nHeld-out accuracy at each evaluation point, mean over seeds (all-correct / all-wrong group shares since"
     )
@@ -153,7 +115,10 @@ def print_sensitivity(results: dict, budget: float) -> None:
         summary = summarize(results, budget, share)
         print(f"\nGPU clock at a {share:.0%} generation share for plain TRL: median ratio to each target")
         for name, row in summary["configs"].items():
-            cells = [f"{float(f):.0%} {_fmt([row['gpu'][f]['median_ratio']])}" for f in summary["targets"]]
+            cells = [
+                f"{float(f):.0%} {harness.joined([row['gpu'][f]['median_ratio']])}"
+                for f in summary["targets"]
+            ]
             print(f"- {name}: " + ", ".join(cells))
 
 

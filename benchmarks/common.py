@@ -289,10 +289,10 @@ def ratio_spread(times: list[float], baseline: list[float]) -> Spread:
     return Spread.of([t / b for t, b in zip(times, baseline, strict=True)])
 
 
-def print_table(header: list[str], rows: list[list[str]]) -> None:
-    """Print a Markdown table."""
+def print_table(header: list[str], rows: list[list[str]], right: bool = True) -> None:
+    """Print a Markdown table, its columns after the first right-aligned (`right`) or all left-aligned."""
     print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|")
+    print("|" + "|".join("---" if i == 0 or not right else "---:" for i in range(len(header))) + "|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
 

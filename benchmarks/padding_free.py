@@ -48,7 +48,7 @@ from benchmarks.common import (
     print_table,
     ratio_spread,
 )
-from benchmarks.time_to_accuracy import chain_trainer, recipe_settings
+from benchmarks.tta_harness import chain_trainer, recipe_settings
 from grpo_hub import GRPOHubConfig
 from grpo_hub.tasks import chain
 from grpo_hub.training.padding_free import BIN_TOKENS, PaddingFreeForward

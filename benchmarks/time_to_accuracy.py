@@ -25,26 +25,21 @@ needed there, so one process may run any configuration alone (`--configs preset 
 """
 
 import argparse
-import dataclasses
-import json
 import os
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
-from peft import LoraConfig
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-from transformers.trainer_callback import PrinterCallback
-from trl import GRPOConfig, GRPOTrainer
+from transformers import AutoTokenizer, TrainerCallback
+from trl import GRPOConfig
 
 from benchmarks import clocks
+from benchmarks import tta_harness as harness
 from benchmarks.accuracy_summary import calibration, plot, print_report, print_sensitivity, summarize
 from benchmarks.common import DEVICES, QUIET_CPU_RUN, check_device, count_trained_rows
-from grpo_hub import GRPOHubConfig, GRPOHubTrainer
+from grpo_hub import GRPOHubConfig
 from grpo_hub.algos.advantages import ALL_MAX, ALL_MIN, zero_signal_kinds
-from grpo_hub.config.config_files import read_config
 from grpo_hub.tasks import chain
 from grpo_hub.tasks.chain_model import build_recipe, chain_model_path
 from grpo_hub.tasks.model_cache import fingerprint
@@ -69,33 +64,7 @@ CONFIGS = {
         "dynamic_sampling": True,
     },
 }  # + "preset": the recommended preset, read from its YAML (PRESET)
-LORA_KEYS = {"lora_r": "r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout"}
 STEP_FREE_SCHEDULES = ("constant", "constant_with_warmup")  # schedules a time budget leaves unchanged
-RECIPE_ONLY = {"task", "use_peft", "lora_target_modules", "logging_steps", "output_dir"}
-GRPO_HUB_FIELDS = {f.name for f in dataclasses.fields(GRPOHubConfig)} - {
-    f.name for f in dataclasses.fields(GRPOConfig)
-}
-
-
-def plain_trl(fields: dict) -> dict:
-    """`fields` without the settings grpo_hub adds: what plain TRL's `GRPOConfig` runs of a recipe (a recipe's
-    grpo_hub features, e.g. padding_free, are grpo_hub's)."""
-    return {k: v for k, v in fields.items() if k not in GRPO_HUB_FIELDS}
-
-
-def recipe_settings(path: str) -> tuple[dict, LoraConfig | None]:
-    """(GRPOConfig fields, LoRA config or None for full fine-tuning) of a recipe YAML (its `base:` followed); the
-    recipe's own keys are left out."""
-    settings = read_config(path)
-    fields = {k: v for k, v in settings.items() if k not in RECIPE_ONLY and k not in LORA_KEYS}
-    if not settings.get("use_peft", True):  # the recipe's default (recipes/grpo.py: recipe_defaults)
-        return fields, None
-    lora = LoraConfig(
-        task_type="CAUSAL_LM",
-        target_modules=settings.get("lora_target_modules", "all-linear"),
-        **{LORA_KEYS[k]: settings[k] for k in LORA_KEYS if k in settings},
-    )
-    return fields, lora
 
 
 class Meter(TrainerCallback):
@@ -233,7 +202,7 @@ def run(
 ) -> list[dict]:
     """Train configuration `name` for `budget` seconds on the measured clock (CPU time, or GPU wall time with
     `device="cuda"`) and on the modeled GPU clock of `costs`, if given; return its evaluation points."""
-    fields, lora = recipe_settings(RECIPE)
+    fields, lora = harness.recipe_settings(RECIPE)
     check_schedule(fields)
     prompts = fields.pop("num_prompts")
     model_dir = chain_model_path()
@@ -249,38 +218,20 @@ def run(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     clock = time.process_time if device == "cpu" else synchronized_wall_clock
     meter = Meter(tokenizer, budget, points, args.num_generations, per_level, costs, clock)
-    chain_trainer(args, meter, lora, prompts, seed).train()
+    harness.chain_trainer(args, meter, lora, prompts, seed).train()
     return meter.points
 
 
 def training_args(common: dict, extra: dict | None) -> GRPOConfig:
     """Plain TRL's config of the testbed's fields `common` (`extra` None), or grpo_hub's with `extra` over them (a
     configuration may change a testbed field, e.g. the preset's padding_free)."""
-    return GRPOConfig(**plain_trl(common)) if extra is None else GRPOHubConfig(**{**common, **extra})
-
-
-def chain_trainer(args, meter, lora, prompts: int, seed: int):
-    """Plain TRL's trainer (a `GRPOConfig`) or grpo_hub's (a `GRPOHubConfig`) on the chain task's first `prompts`
-    training problems, rewarded and metered by `meter` (its `reward`, `attach`), without the console printer."""
-    model_dir = chain_model_path()
-    torch.manual_seed(seed)
-    trainer = (GRPOHubTrainer if isinstance(args, GRPOHubConfig) else GRPOTrainer)(
-        model=AutoModelForCausalLM.from_pretrained(model_dir),
-        reward_funcs=[meter.reward],
-        args=args,
-        train_dataset=chain.load_chain("train", n=prompts, seed=0),
-        processing_class=AutoTokenizer.from_pretrained(model_dir),
-        peft_config=lora,
-    )
-    meter.attach(trainer)
-    trainer.remove_callback(PrinterCallback)
-    return trainer
+    return GRPOConfig(**harness.plain_trl(common)) if extra is None else GRPOHubConfig(**{**common, **extra})
 
 
 def configurations() -> dict[str, dict | None]:
     """CONFIGS and "preset": the recommended preset's fields that differ from the testbed's."""
-    preset, _ = recipe_settings(PRESET)
-    base, _ = recipe_settings(RECIPE)
+    preset, _ = harness.recipe_settings(PRESET)
+    base, _ = harness.recipe_settings(RECIPE)
     return {**CONFIGS, "preset": {k: v for k, v in preset.items() if base.get(k) != v}}
 
 
@@ -300,23 +251,20 @@ def measure(cli) -> tuple[dict, dict]:
         )
     results = {name: [] for name in names}
     seeds = [int(s) for s in cli.seed_list.split(",")] if cli.seed_list else list(range(cli.seeds))
-    others = [name for name in names if name != "trl"]
-    for seed in seeds:
-        # plain TRL first: its run calibrates this seed's GPU clock, which the others' evaluations and stop follow
-        rotated = [*others[seed % len(others) :], *others[: seed % len(others)]] if others else []
-        order = ["trl", *rotated] if "trl" in names else rotated
-        for name in order:
-            stop_on_model = name != "trl" and cli.device == "cpu"  # on a GPU the measured clock is the GPU's
-            costs = calibration([results["trl"][-1]], clocks.GPU_GENERATION_SHARE) if stop_on_model else None
-            results[name].append(
-                run(name, seed, cli.budget, cli.points, configs[name], cli.per_level, costs, cli.device)
-            )
-            last = results[name][-1][-1]
-            print(
-                f"# seed {seed} {name}: {last['time']:.0f} s, accuracy {results[name][-1][0]['accuracy']['all']:.3f}"
-                f" -> {last['accuracy']['all']:.3f}, {last['generated_tokens']} tokens, {last['optimizer_steps']} steps",
-                flush=True,
-            )
+    # plain TRL first in each seed: its run calibrates the seed's GPU clock, which the others' evaluations and stop
+    # follow
+    for seed, name in harness.run_order(seeds, names):
+        stop_on_model = name != "trl" and cli.device == "cpu"  # on a GPU the measured clock is the GPU's
+        costs = calibration([results["trl"][-1]], clocks.GPU_GENERATION_SHARE) if stop_on_model else None
+        results[name].append(
+            run(name, seed, cli.budget, cli.points, configs[name], cli.per_level, costs, cli.device)
+        )
+        last = results[name][-1][-1]
+        print(
+            f"# seed {seed} {name}: {last['time']:.0f} s, accuracy {results[name][-1][0]['accuracy']['all']:.3f}"
+            f" -> {last['accuracy']['all']:.3f}, {last['generated_tokens']} tokens, {last['optimizer_steps']} steps",
+            flush=True,
+        )
     return run_record(
         cli.budget, cli.points, cli.per_level, seeds, {name: configs[name] for name in names}, cli.device
     ), results
@@ -333,7 +281,7 @@ def run_record(
     """What a stored run holds, named once: the testbed (recipe and its settings, the chain model's build fingerprint,
     the measured clock's device, budget, evaluations), the seeds, and every configuration it ran with its settings
     over the recipe's (plain TRL: none; 'preset': read from PRESET)."""
-    base, _ = recipe_settings(RECIPE)
+    base, _ = harness.recipe_settings(RECIPE)
     return {
         "recipe": RECIPE,
         "device": device_name(device),
@@ -381,7 +329,7 @@ def merge(paths: list[str]) -> tuple[dict, dict]:
     by_seed: dict[str, dict[int, list]] = {}
     record = None
     for path in paths:
-        part = json.loads(Path(path).read_text())
+        part = harness.read_stored(path)
         if "run" not in part:
             raise SystemExit(
                 f"--merge: {path} has no run record (written by an older benchmark). Fix: re-run it."
@@ -409,22 +357,15 @@ def merge(paths: list[str]) -> tuple[dict, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
+    harness.add_arguments(parser, points=12)
     parser.add_argument("--seed-list", default=None, help="comma-separated seeds (instead of 0..seeds-1)")
     parser.add_argument("--merge", nargs="+", default=None, help="report on the --json files of earlier runs")
     parser.add_argument(
         "--budget", type=float, default=300.0, help="training seconds per run, on both clocks"
     )
-    parser.add_argument(
-        "--points", type=int, default=12, help="evaluations after the start, evenly spaced (a multiple of 4)"
-    )
     parser.add_argument("--configs", default=",".join([*CONFIGS, "preset"]), help="comma-separated names")
     parser.add_argument("--core", type=int, default=0, help="the CPU core the process is pinned to")
     parser.add_argument("--plot", default=None, help="write the PNG plot here")
-    parser.add_argument("--json", default=None, help="write every evaluation point and the summary here")
-    parser.add_argument(
-        "--per-level", type=int, default=chain.HELDOUT_PER_LEVEL, help="held-out problems per level evaluated"
-    )
     parser.add_argument("--quick", action="store_true", help="1 seed, trl and the preset, 8 s, 4 points")
     parser.add_argument(
         "--device", choices=DEVICES, default="cpu", help="cuda: train on the GPU, measure its wall time"
@@ -433,16 +374,13 @@ def main() -> None:
     check_device(cli.device)
     if cli.quick:
         cli.seeds, cli.budget, cli.points, cli.configs, cli.per_level = 1, 8.0, 4, "trl,preset", 10
-    if cli.points % 4:
-        raise SystemExit(
-            f"--points must be a multiple of 4 (targets at 50 % and 75 % of the budget), got {cli.points}"
-        )
+    harness.check_points(cli.points)
     if cli.merge:
         record, results = merge(cli.merge)
     else:
         record, results = measure(cli)
         if cli.json:  # every point, before the report
-            Path(cli.json).write_text(json.dumps({"run": record, "points": results}, indent=1))
+            harness.store(cli.json, {"run": record, "points": results})
         if "trl" not in results:  # a GPU process that ran other configurations only
             print(
                 f"no plain TRL run here: report with --merge {cli.json or '<--json files>'} and plain TRL's files"
@@ -455,9 +393,7 @@ def main() -> None:
     print_report(results, summary, describe(record), measured_clock(record))
     print_sensitivity(results, budget)
     if cli.merge and cli.json:
-        Path(cli.json).write_text(
-            json.dumps({"run": record, "summary": summary, "points": results}, indent=1)
-        )
+        harness.store(cli.json, {"run": record, "summary": summary, "points": results})
     if cli.plot:
         seeds_run = len(results["trl"])
         plot(

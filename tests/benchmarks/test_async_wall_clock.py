@@ -1,5 +1,6 @@
 """benchmarks/async_wall_clock.py, its pure parts: the two-device model, the report's arithmetic against a naive
-computation, nested call timing and when the meter evaluates and stops (no vLLM, no wall-clock assertion)."""
+computation (with the harness's accuracy per step and pairing by seed, benchmarks/tta_harness.py), nested call timing
+and when the meter evaluates and stops (benchmarks/wall_clock_meter.py; no vLLM, no wall-clock assertion)."""
 
 import contextlib
 import json
@@ -11,6 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from benchmarks import async_wall_clock as awc
+from benchmarks import tta_harness as harness
+from benchmarks import wall_clock_meter as wcm
 
 
 def test_the_modeled_overlap_buys_at_most_one_over_the_larger_share():
@@ -26,7 +29,7 @@ def test_the_modeled_overlap_buys_at_most_one_over_the_larger_share():
 
 
 def test_a_call_inside_another_counts_under_its_own_name_only():
-    timers = awc.Timers()
+    timers = wcm.Timers()
     inner = timers.wrap("sync", lambda: time.sleep(0.02))
 
     def outer():
@@ -114,7 +117,7 @@ def test_a_budget_longer_than_plain_trls_200_steps_is_refused():
 
 
 def test_the_meter_evaluates_past_each_mark_and_at_the_last_step_then_stops():
-    meter = awc.Meter(tokenizer=None, marks=[2.0, 4.0], unit="steps", per_level=1)
+    meter = wcm.Meter(tokenizer=None, marks=[2.0, 4.0], unit="steps", per_level=1)
     evaluated = []
     meter._evaluate = lambda model, step: evaluated.append(step)
     control = SimpleNamespace(should_training_stop=False)
@@ -123,7 +126,7 @@ def test_the_meter_evaluates_past_each_mark_and_at_the_last_step_then_stops():
         if control.should_training_stop:
             break
     assert evaluated == [2, 4] and step == 4
-    meter = awc.Meter(tokenizer=None, marks=[2.0, 40.0], unit="steps", per_level=1)
+    meter = wcm.Meter(tokenizer=None, marks=[2.0, 40.0], unit="steps", per_level=1)
     meter._evaluate = lambda model, step: evaluated.append(step)
     for step in range(1, 6):  # max_steps ends the run before its last mark: evaluated there too
         meter.on_step_end(None, SimpleNamespace(global_step=step, max_steps=5), control)
@@ -131,7 +134,7 @@ def test_the_meter_evaluates_past_each_mark_and_at_the_last_step_then_stops():
 
 
 def test_marks_in_steps_with_a_deadline_evaluate_at_the_same_steps_and_stop_at_the_deadline():
-    meter = awc.Meter(tokenizer=None, marks=[2.0, 4.0, 6.0], unit="steps", per_level=1, deadline=10.0)
+    meter = wcm.Meter(tokenizer=None, marks=[2.0, 4.0, 6.0], unit="steps", per_level=1, deadline=10.0)
     evaluated, clock = [], iter([1.0, 3.0, 5.0, 11.0, 12.0])
     meter._evaluate = lambda model, step: evaluated.append(step)
     meter.elapsed = lambda: next(clock)
@@ -146,7 +149,7 @@ def test_marks_in_steps_with_a_deadline_evaluate_at_the_same_steps_and_stop_at_t
 def test_the_meter_never_overrides_the_trainers_stop_at_max_steps():
     """transformers' flow callback asks to stop at max_steps before the meter runs: marks left over must not undo it
     (they did: a 200-step job with marks in wall seconds trained on to the end of its data)."""
-    meter = awc.Meter(tokenizer=None, marks=[1000.0], unit="seconds", per_level=1)
+    meter = wcm.Meter(tokenizer=None, marks=[1000.0], unit="seconds", per_level=1)
     evaluated = []
     meter._evaluate = lambda model, step: evaluated.append(step)
     meter.elapsed = lambda: 1.0
@@ -156,14 +159,14 @@ def test_the_meter_never_overrides_the_trainers_stop_at_max_steps():
 
 
 def test_every_seed_starts_with_plain_trl_and_runs_each_configuration_once():
-    order = awc.run_order(3)
+    order = harness.run_order(range(3), awc.CONFIGS)
     assert len(order) == len(set(order)) == 3 * len(awc.CONFIGS)
     for seed in range(3):
         names = [name for s, name in order if s == seed]
         assert names[0] == "trl" and sorted(names) == sorted(awc.CONFIGS)
     assert [s for s, _ in order] == sorted(s for s, _ in order)  # seed-major
-    assert awc.run_order(3, ["trl", "server-async"], first=2) == [(2, "trl"), (2, "server-async")]
-    assert awc.run_order(2, ["server-sync", "trl"]) == [
+    assert harness.run_order(range(2, 3), ["trl", "server-async"]) == [(2, "trl"), (2, "server-async")]
+    assert harness.run_order(range(2), ["server-sync", "trl"]) == [
         (0, "trl"),
         (0, "server-sync"),
         (1, "trl"),
@@ -205,16 +208,16 @@ def test_a_resumed_measurement_keeps_its_runs_and_gives_the_rest_their_seeds_bud
         first_seed=0,
     )
     _, first = awc.measure(cli, [])
-    assert [(s, n) for s, n, _ in calls] == awc.run_order(2)
+    assert [(s, n) for s, n, _ in calls] == harness.run_order(range(2), awc.CONFIGS)
     assert all(budget == (None if name == "trl" else 300.0 + seed) for seed, name, budget in calls)
     cut_short = [r for r in first if not (r["seed"] == 1 and r["config"] != "trl")]
     calls.clear()
     header, runs = awc.measure(cli, cut_short)
     assert [(s, n) for s, n, _ in calls] == [
-        (1, name) for s, name in awc.run_order(2) if s == 1 and name != "trl"
+        (1, name) for s, name in harness.run_order(range(2), awc.CONFIGS) if s == 1 and name != "trl"
     ]
     assert all(budget == 301.0 for *_, budget in calls)  # seed 1's kept plain-TRL run sets it
-    assert [(r["seed"], r["config"]) for r in runs] == awc.run_order(2)
+    assert [(r["seed"], r["config"]) for r in runs] == harness.run_order(range(2), awc.CONFIGS)
     assert all(kept in runs for kept in cut_short) and f"{len(cut_short)} runs kept" in header
     assert json.loads((tmp_path / "out.json").read_text())["runs"] == runs
     calls.clear()
@@ -240,10 +243,10 @@ def test_accuracy_per_step_interpolates_between_evaluations_like_a_naive_computa
         points = [point(0.0, a, s) for s, a in zip(steps, accuracies, strict=True)]
         for step in (0, 50, 100, 150, 200, steps[-1], rng.randint(0, 230)):
             expected = naive_accuracy_at_step(steps, accuracies, step)
-            got = awc.accuracy_at_step(points, step)
+            got = harness.accuracy_at_step(points, step)
             assert got == (None if expected is None else pytest.approx(expected)), (steps, step)
     stalled = [point(0.0, 0.3, 0), point(1.0, 0.35, 100), point(2.0, 0.4, 100)]  # two evaluations at one step
-    assert awc.accuracy_at_step(stalled, 100) == 0.35
+    assert harness.accuracy_at_step(stalled, 100) == 0.35
 
 
 def test_the_summary_compares_accuracy_per_step_and_marks_runs_that_stopped_early():
@@ -333,17 +336,17 @@ def test_per_step_differences_are_paired_by_seed_like_a_naive_computation():
         trl.append({"seed": seed, "points": curve})
         if seed != 4:  # a seed this configuration lacks is left out of the pairing
             mine.append({"seed": seed, "points": [point(t, rng.uniform(0.2, 0.5), t) for t in (0, 100, 200)]})
-    got = awc.paired_to_trl(trl, mine, 100)
+    got = harness.paired_to_trl(trl, mine, 100)
     differences = [
         m["points"][1]["accuracy"]["all"] - trl[m["seed"]]["points"][1]["accuracy"]["all"] for m in mine
     ]
     assert got["n"] == 5 and got["mean"] == pytest.approx(statistics.fmean(differences))
     assert got["se"] == pytest.approx(statistics.stdev(differences) / 5**0.5)
-    assert awc.paired_to_trl(trl, mine[:1], 100)["se"] is None
+    assert harness.paired_to_trl(trl, mine[:1], 100)["se"] is None
 
 
 def test_the_meter_stores_every_steps_diagnostics_and_the_summary_averages_them():
-    meter = awc.Meter(tokenizer=None, marks=[], unit="steps", per_level=1)
+    meter = wcm.Meter(tokenizer=None, marks=[], unit="steps", per_level=1)
     logs = [{"loss": 1.0, "async/staleness": 1.0, "async/wait_seconds": 0.1, "vllm_is/ess": 0.9,
              "vllm_is/frac_truncated": 0.01, "sampling/importance_sampling_ratio/mean": 1.0, "vllm_is/kl_k3": 1e-3},
             {"loss": 1.0}, {"vllm_is/ess": 0.7, "vllm_is/frac_masked": 0.03}]  # fmt: skip
