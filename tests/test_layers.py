@@ -1,7 +1,8 @@
-"""The package's wings form floors: a module imports only from its own wing or the wings below it.
+"""The package's wings form floors: a module imports only from its own wing or the wings below it; and no module
+imports itself round a loop, within a wing either.
 
 Floors, bottom up: errors -> algos -> generation -> config -> records -> training -> hub -> tasks -> compare -> cli. Read from the AST of every module
-(imports inside functions count too), so a lazy import cannot climb a floor unseen.
+(imports inside functions count too), so a lazy import cannot climb a floor or close a loop unseen.
 """
 
 import ast
@@ -53,6 +54,54 @@ def upward_imports(package: Path = PACKAGE) -> list[str]:
     return problems
 
 
+def module_name(path: Path, package: Path) -> str:
+    """The dotted name of the module (or package, for its __init__.py) at `path` inside `package`."""
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Each module of `package` -> the modules of `package` it imports, read from its AST (imports inside functions
+    and `if __name__ == "__main__":` count too); `from M import n` is an import of the submodule M.n where there is
+    one, else of M; relative imports are resolved."""
+    files = {module_name(path, package): path for path in sorted(package.rglob("*.py"))}
+    graph = {}
+    for name, path in files.items():
+        own = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join([*own[: len(own) - node.level + 1], *([base] if base else [])])
+                imported |= {f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names}
+        graph[name] = {module for module in imported if module in files and module != name}
+    return graph
+
+
+def import_cycles(package: Path = PACKAGE) -> list[list[str]]:
+    """Every group of modules that import each other, directly or round a loop (the strongly connected groups of
+    `import_graph` with more than one module), each sorted."""
+    graph = import_graph(package)
+    reach = {}
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo += graph[module]
+        reach[start] = seen
+    groups = {
+        tuple(sorted(m for m in reach[start] if start in reach[m]))
+        for start in graph
+        if start in reach[start]
+    }
+    return sorted(list(group) for group in groups)
+
+
 def test_every_wing_is_a_floor():
     wings = {
         p.name.removesuffix(".py")
@@ -78,6 +127,33 @@ def test_the_check_sees_an_upward_import(tmp_path):
         "grpo_hub/algos/bad.py:2 (algos) imports grpo_hub.config.hub_config (config, a higher floor)",
         "grpo_hub/config/bad.py:1 (config) imports grpo_hub.training.trainer (training, a higher floor)",
     ]
+
+
+def test_no_module_imports_itself_round_a_loop():
+    assert import_cycles() == []
+
+
+def test_the_check_sees_every_import_loop(tmp_path):
+    fake = tmp_path / "grpo_hub"
+    (fake / "tasks").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "tasks" / "__init__.py").write_text("from grpo_hub.tasks import model\n")  # a submodule: no loop
+    (fake / "tasks" / "model.py").write_text(
+        "SHIPPED = 1\nif __name__ == '__main__':\n    from grpo_hub.tasks.machines import record\n"
+    )
+    (fake / "tasks" / "machines.py").write_text(
+        "from grpo_hub.tasks.model import SHIPPED\ndef record(): ...\n"
+    )
+    (fake / "a.py").write_text("def f():\n    import grpo_hub.b\n")
+    (fake / "b.py").write_text("from . import c\n")
+    (fake / "c.py").write_text("from grpo_hub import a\n")
+    assert import_cycles(fake) == [
+        ["grpo_hub.a", "grpo_hub.b", "grpo_hub.c"],
+        ["grpo_hub.tasks.machines", "grpo_hub.tasks.model"],
+    ]
+    (fake / "tasks" / "model.py").write_text("SHIPPED = 1\n")
+    (fake / "c.py").write_text("")
+    assert import_cycles(fake) == []
 
 
 def test_the_architecture_page_names_the_floors_in_order():

@@ -9,6 +9,7 @@ made with. On a machine whose short build computes a recorded kind's first steps
 the full build would compute what that kind's did.
 
     python -m grpo_hub.tasks.chain_machines [DIR]    # record this CPU kind's full build (DIR, or built now)
+    python -m grpo_hub.tasks.chain_machines --ship [DIR]    # ship that build as the weights, then record it
 
 This module is not part of the build (not in `chain_model.BUILD_MODULES`): editing it changes no digest.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 from grpo_hub.tasks import chain
@@ -107,14 +109,28 @@ def record_this_machine(built: str | os.PathLike) -> dict:
     return record_machine(SHIPPED_DIR, build_inputs_digest(), trace, heldout, shipped_heldout)
 
 
+def ship(built: str | os.PathLike) -> dict:
+    """Replace the shipped weights with the full build in `built` (made on this machine) and start their machines record
+    with this CPU kind's build."""
+    shutil.rmtree(SHIPPED_DIR, ignore_errors=True)
+    shutil.copytree(built, SHIPPED_DIR)
+    for path in SHIPPED_DIR.iterdir():
+        path.chmod(0o644)  # the staging build's files are private; package data is world-readable
+    return record_this_machine(SHIPPED_DIR)  # the builder's CPU kind, bit for bit
+
+
 if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(
-        description="Record this CPU kind's full chain-model build in the shipped record."
+        description="Record this CPU kind's full chain-model build in the shipped record (--ship: ship it first)."
     )
     parser.add_argument(
         "dir", nargs="?", help="a full build made here (`chain_model --output-dir`); default: build now"
     )
+    parser.add_argument(
+        "--ship", action="store_true", help="replace the shipped weights with the build first"
+    )
     cli = parser.parse_args()
-    print(json.dumps(record_this_machine(cli.dir or build_chain_model()), indent=1))
+    built = cli.dir or build_chain_model()
+    print(json.dumps(ship(built) if cli.ship else record_this_machine(built), indent=1))

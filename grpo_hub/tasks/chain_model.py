@@ -8,14 +8,15 @@ worked solutions ("37+5*3-4=" -> "37+5=42,42*3=126,126-4=122") of synthetic prob
 single-threaded with deterministic algorithms. It is stopped early, partly right: nearly right on one and two
 steps, mostly wrong on three and four, with sampling right far more often than greedy decoding (docs/tasks.md).
 
-    python -m grpo_hub.tasks.chain_model --ship    # rebuild the shipped weights (~8-13 min on one core)
     python -m grpo_hub.tasks.chain_model --output-dir DIR    # build into DIR (new or empty)
+    python -m grpo_hub.tasks.chain_machines --ship    # rebuild the shipped weights (~8-13 min on one core)
 
 Every build records its trace (`grpo_hub.tasks.build_trace`): the state's checksum after `TRACE_STEPS` and the
 digest of its inputs (`build_inputs_digest`). The shipped folder's machines record (`grpo_hub.tasks.chain_machines`)
 keeps the trace of each CPU kind's full build that reproduced the shipped weights: on such a machine a short build
-proves them reproducible. After an edit to a module in `BUILD_MODULES`, run `--ship` (git then shows whether the
-weights changed) or `python -m grpo_hub.tasks.chain_machines` to record the new digest.
+proves them reproducible. After an edit to a module in `BUILD_MODULES`, run `python -m grpo_hub.tasks.chain_machines`
+to record the new digest, or with `--ship` (git then shows whether the weights changed). That module imports this one,
+never the other way round.
 """
 
 from __future__ import annotations
@@ -145,24 +146,11 @@ def chain_model_path() -> str:
 
 if __name__ == "__main__":
     import argparse
-    import shutil
 
     parser = argparse.ArgumentParser(
-        description="Build the chain model; --ship replaces the shipped weights (and their machines record)."
+        description="Build the chain model (to ship it: python -m grpo_hub.tasks.chain_machines --ship)."
     )
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument("--ship", action="store_true")
-    target.add_argument(
+    parser.add_argument(
         "--output-dir", default=None, help="build into this folder (default: the model cache)"
     )
-    cli = parser.parse_args()
-    built = build_chain_model(cli.output_dir)
-    if cli.ship:
-        shutil.rmtree(SHIPPED_DIR, ignore_errors=True)
-        shutil.copytree(built, SHIPPED_DIR)
-        for path in SHIPPED_DIR.iterdir():
-            path.chmod(0o644)  # the staging build's files are private; package data is world-readable
-        from grpo_hub.tasks.chain_machines import record_this_machine
-
-        record_this_machine(SHIPPED_DIR)  # the builder's CPU kind, bit for bit
-    print(built if not cli.ship else SHIPPED_DIR)
+    print(build_chain_model(parser.parse_args().output_dir))

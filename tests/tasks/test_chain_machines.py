@@ -1,7 +1,9 @@
-"""grpo_hub.tasks.chain_machines: which CPU kinds' full builds the record keeps, and which short build it matches."""
+"""grpo_hub.tasks.chain_machines: which CPU kinds' full builds the record keeps, which short build it matches, and
+shipping a build."""
 
 import pytest
 
+from grpo_hub.tasks import chain_machines
 from grpo_hub.tasks.build_trace import file_checksum
 from grpo_hub.tasks.chain_machines import (
     ACCURACY_TOLERANCE,
@@ -63,3 +65,20 @@ def test_reproduces_is_bits_or_accuracy():
     assert reproduces(machines, {"weights": "w", "heldout": 0.0})  # bit for bit: accuracy not needed
     assert reproduces(machines, {"weights": "v", "heldout": 0.30 - ACCURACY_TOLERANCE})
     assert not reproduces(machines, {"weights": "v", "heldout": 0.30 - ACCURACY_TOLERANCE - 1e-6})
+
+
+def test_shipping_replaces_the_shipped_folder_world_readable_and_records_it(tmp_path, monkeypatch):
+    built, shipped_dir = tmp_path / "built", tmp_path / "shipped"
+    built.mkdir()
+    shipped_dir.mkdir()
+    (shipped_dir / "stale.bin").write_bytes(b"old")
+    (built / "model.safetensors").write_bytes(b"new weights")
+    (built / "model.safetensors").chmod(0o600)  # a staging build's files are private
+    recorded = []
+    monkeypatch.setattr(chain_machines, "SHIPPED_DIR", shipped_dir)
+    monkeypatch.setattr(
+        chain_machines, "record_this_machine", lambda folder: recorded.append(folder) or {"cpu": "x"}
+    )
+    assert chain_machines.ship(built) == {"cpu": "x"} and recorded == [shipped_dir]
+    assert sorted(p.name for p in shipped_dir.iterdir()) == ["model.safetensors"]
+    assert (shipped_dir / "model.safetensors").stat().st_mode & 0o777 == 0o644

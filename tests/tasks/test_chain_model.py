@@ -94,7 +94,7 @@ def test_the_build_reproduces_the_shipped_weights(tmp_path):
     else:
         warnings.warn(
             "the chain model's build inputs changed since the recorded builds: the full build runs; record it with "
-            "`python -m grpo_hub.tasks.chain_machines` (or re-ship with `python -m grpo_hub.tasks.chain_model --ship`)",
+            "`python -m grpo_hub.tasks.chain_machines` (or re-ship with `python -m grpo_hub.tasks.chain_machines --ship`)",
             stacklevel=1,
         )
     assert_reproduces_the_shipped_weights(Path(build_chain_model(tmp_path / "full")))
