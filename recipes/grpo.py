@@ -55,6 +55,8 @@ LEVEL_MEANING = {"chain": "steps in the chain", "arithmetic": "digits of the fir
 PRESETS = Path(__file__).resolve().parent / "configs"
 TASK_PRESETS = {"chain": "chain.yaml"}  # a task's defaults, written out; any other task runs SMOKE_PRESET's
 SMOKE_PRESET = "grpo.yaml"  # the random tiny model's settings
+# eval_per_level's bound: the held-out problems per level of each scored task
+HELDOUT_PER_LEVEL = {task: module.HELDOUT_PER_LEVEL for task, module in SCORED_TASKS.items()}
 
 
 @dataclass
@@ -123,7 +125,8 @@ class RecipeArguments:
     )
 
     def __post_init__(self):
-        check_recipe_arguments(self)  # ranges (value_ranges.RECIPE_RANGES) and the flags' dependencies
+        # ranges (value_ranges.RECIPE_RANGES) and the flags' dependencies
+        check_recipe_arguments(self, HELDOUT_PER_LEVEL)
 
 
 def task_preset(task: str) -> Path:
@@ -134,7 +137,6 @@ def task_preset(task: str) -> Path:
 def check_parsed(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args: ModelConfig) -> None:
     """What the values alone decide across the three dataclasses, before a model or dataset is loaded."""
     value_ranges.check_recipe_settings(recipe_args, model_args)
-    check_eval_per_level(recipe_args)
     rewards = len(get_reward_funcs(recipe_args.task))
     if training_args.reward_weights is not None and len(training_args.reward_weights) != rewards:
         field_error(
@@ -142,26 +144,6 @@ def check_parsed(recipe_args: RecipeArguments, training_args: GRPOHubConfig, mod
             f"{len(training_args.reward_weights)} weights for task {recipe_args.task!r}, which has {rewards} "
             "reward function(s).",
             f"give {rewards} weight(s), or drop --reward_weights.",
-        )
-
-
-def check_eval_per_level(recipe_args: RecipeArguments) -> None:
-    """`eval_per_level` needs a scored task and at most that task's held-out problems per level."""
-    chosen, task = recipe_args.eval_per_level, recipe_args.task
-    if chosen is None:
-        return
-    if task not in SCORED_TASKS:
-        field_error(
-            "eval_per_level",
-            f"sizes the held-out evaluation of tasks {sorted(SCORED_TASKS)}; --task {task} has none.",
-            "drop --eval_per_level.",
-        )
-    available = SCORED_TASKS[task].HELDOUT_PER_LEVEL
-    if chosen > available:
-        field_error(
-            "eval_per_level",
-            f"{chosen} problems per level, but task {task!r} holds out {available} per level.",
-            f"give at most {available}, or drop --eval_per_level for all of them.",
         )
 
 

@@ -15,7 +15,7 @@ import difflib
 import os
 import sys
 import typing
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import yaml
 from trl import TrlParser
@@ -66,9 +66,10 @@ def requested_task(argv: Sequence[str], known_tasks: Iterable[str], default: str
     return task if isinstance(task, str) and task in known_tasks else default
 
 
-def check_recipe_arguments(args) -> None:
+def check_recipe_arguments(args, heldout_per_level: Mapping[str, int]) -> None:
     """The recipe's own arguments (`RecipeArguments`): their ranges, the local server's placement flags (which need
-    `--vllm_server_start`; cores must parse) and `eval_pass_k` (arithmetic only)."""
+    `--vllm_server_start`; cores must parse), and the held-out evaluation's: `eval_pass_k` (arithmetic only) and
+    `eval_per_level` (a scored task, a key of `heldout_per_level`, and at most the problems per level it holds out)."""
     value_ranges.check_ranges(args, value_ranges.RECIPE_RANGES)
     for name in ("vllm_server_cores", "vllm_server_gpus"):
         if getattr(args, name) is not None and not args.vllm_server_start:
@@ -84,6 +85,19 @@ def check_recipe_arguments(args) -> None:
             "eval_pass_k",
             f"is reported for --task arithmetic only, got --task {args.task}.",
             "drop --eval_pass_k.",
+        )
+    chosen, available = args.eval_per_level, heldout_per_level.get(args.task)
+    if chosen is not None and available is None:
+        field_error(
+            "eval_per_level",
+            f"sizes the held-out evaluation of tasks {sorted(heldout_per_level)}; --task {args.task} has none.",
+            "drop --eval_per_level.",
+        )
+    if chosen is not None and chosen > available:
+        field_error(
+            "eval_per_level",
+            f"{chosen} problems per level, but task {args.task!r} holds out {available} per level.",
+            f"give at most {available}, or drop --eval_per_level for all of them.",
         )
 
 
