@@ -116,9 +116,9 @@ def mean_curve(curves: list[tuple[list[float], list[float]]]) -> tuple[list[floa
     """The (times, accuracies) of several runs, mean over them point by point (plain TRL's runs share one grid), cut
     to the shortest."""
     length = min(len(times) for times, _ in curves)
-    return [statistics.fmean(t) for t in zip(*(times[:length] for times, _ in curves), strict=True)], [
-        statistics.fmean(a) for a in zip(*(accs[:length] for _, accs in curves), strict=True)
-    ]
+    times = [statistics.fmean(column) for column in zip(*(t[:length] for t, _ in curves), strict=True)]
+    accs = [statistics.fmean(column) for column in zip(*(a[:length] for _, a in curves), strict=True)]
+    return times, accs
 
 
 def targets(trl: list[list[dict]]) -> dict[str, float]:
