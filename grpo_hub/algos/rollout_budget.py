@@ -25,9 +25,16 @@ O((total - len * low) log len) with a heap instead of the DP's O(len * total * h
 Estimates of p come from `success_estimates` (the posterior mean of a Beta prior): with a prior mean strictly inside
 (0, 1) and a positive prior strength no estimate is exactly 0 or 1, so no prompt's value is identically zero.
 
+Objectives (`OBJECTIVES`): "knapsack" is the value above; "signal" drops the InfoGain weight and maximises the
+expected number of groups with both outcomes, sum_i P_nonzero(p_i, N_i): Knapsack RL's "effective gradient ratio"
+itself, and the goal Reinforce-Ada (Xiong et al., 2025, arXiv:2510.04996) samples towards, in rounds, until a
+prompt has both a right and a wrong answer. Its marginal gain p^N (1-p) + (1-p)^N p is non-increasing too, so the same
+greedy is exact for it.
+
 What the value favours: InfoGain peaks at p = 1/3, so budgets go to hard-but-not-hopeless prompts. For
 p = (0.02, 0.1, 0.3, 0.5, 0.7, 0.9, 0.98), total = 7 * 8, low = 2, high = 32 the optimum is
 (2, 22, 11, 8, 9, 2, 2): p = 0.1 gets the most, while p = 0.02 (InfoGain 0.0192) gets only `low`, like p >= 0.9.
+"signal" is symmetric in p and 1 - p and gives a rare outcome the most: (2, 15, 8, 6, 8, 15, 2) there.
 """
 
 from __future__ import annotations
@@ -79,17 +86,29 @@ def budget_value(p: float, n: int) -> float:
     return nonzero_gradient_probability(p, n) * info_gain(p)
 
 
-def marginal_gain(p: float, n: int) -> float:
-    """Delta(p, n) = Value(p, n+1) - Value(p, n) = InfoGain(p) * (p^n (1-p) + (1-p)^n p) for n >= 1 (closed form,
-    no cancellation); non-increasing in n, so Value is concave in n and greedy allocation is optimal."""
+def _no_weight(p: float) -> float:
+    """The "signal" objective's weight: every group with both outcomes counts the same."""
+    return 1.0
+
+
+OBJECTIVES = {"knapsack": info_gain, "signal": _no_weight}  # objective -> weight of P_nonzero
+
+
+def marginal_gain(p: float, n: int, objective: str = "knapsack") -> float:
+    """Delta(p, n) = Value(p, n+1) - Value(p, n) = weight(p) * (p^n (1-p) + (1-p)^n p) for n >= 1 (closed form,
+    no cancellation), weight = `OBJECTIVES[objective]`; non-increasing in n, so the value is concave in n and
+    greedy allocation is optimal."""
     p = _check_probability("p", p)
     n = _check_count("n", n, 1)
     q = 1.0 - p
-    return info_gain(p) * (p**n * q + q**n * p)
+    return OBJECTIVES[objective](p) * (p**n * q + q**n * p)
 
 
-def allocate_budgets(success: Sequence[float], total: int, low: int, high: int) -> list[int]:
-    """The N_i maximising sum_i Value(p_i, N_i) s.t. sum_i N_i = total, low <= N_i <= high (Knapsack RL,
+def allocate_budgets(
+    success: Sequence[float], total: int, low: int, high: int, objective: str = "knapsack"
+) -> list[int]:
+    """The N_i maximising sum_i weight(p_i) P_nonzero(p_i, N_i) (weight: `OBJECTIVES[objective]`; "knapsack" is
+    Value) s.t. sum_i N_i = total, low <= N_i <= high (Knapsack RL,
     arXiv:2509.25849), by greedy marginal allocation (Gross 1956 / Fox 1966), exact for this separable concave
     objective: every prompt starts at `low`; each of the total - len * low remaining units goes to the prompt
     below `high` with the largest Delta(p_i, N_i) (see `marginal_gain`).
@@ -103,6 +122,8 @@ def allocate_budgets(success: Sequence[float], total: int, low: int, high: int) 
     `success`: the estimates p_i in [0, 1] (any sequence of numbers, a 1-D tensor included). Raises ValueError
     when low < 1, high < low, len * low > total, len * high < total, or an estimate is NaN or outside [0, 1].
     """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {tuple(OBJECTIVES)}, got {objective!r}")
     probs = [_check_probability(f"success[{i}]", p) for i, p in enumerate(success)]
     low = _check_count("low", low, 1)
     high = _check_count("high", high, low)
@@ -114,14 +135,14 @@ def allocate_budgets(success: Sequence[float], total: int, low: int, high: int) 
         raise ValueError(f"total={total} is above {count} prompts x high={high} = {count * high}")
     budgets = [low] * count
     # heap entries (-gain, units so far, index): the smallest is the largest gain, then fewest units, then lowest index
-    heap = [(-marginal_gain(p, low), low, i) for i, p in enumerate(probs) if low < high]
+    heap = [(-marginal_gain(p, low, objective), low, i) for i, p in enumerate(probs) if low < high]
     heapq.heapify(heap)
     for _ in range(total - count * low):
         _, units, i = heapq.heappop(heap)
         units += 1
         budgets[i] = units
         if units < high:
-            heapq.heappush(heap, (-marginal_gain(probs[i], units), units, i))
+            heapq.heappush(heap, (-marginal_gain(probs[i], units, objective), units, i))
     return budgets
 
 

@@ -15,7 +15,7 @@ from grpo_hub.generation import server
 ZERO_SIGNAL_NORMALIZERS = ("kept", "all")
 DYNAMIC_SAMPLING_ON_CAP = ("train", "error")
 SELECTIVE_ROLLOUT_MODES = ("replace", "shrink")
-ROLLOUT_BUDGETS = ("uniform", "knapsack")
+ROLLOUT_BUDGETS = ("uniform", "knapsack", "signal")
 
 
 def check_loss_type(c) -> None:

@@ -302,8 +302,8 @@ FEATURES = (
         checks=(checks.check_rollout_budget,),
         dependents=(
             Dependents(
-                ("rollout_budget_min", "rollout_budget_max", "rollout_budget_log_column"),
-                "rollout_budget='knapsack'",
+                ("rollout_budget_min", "rollout_budget_max", "rollout_budget_column"),
+                "rollout_budget='knapsack' or 'signal'",
                 lambda c: is_on("rollout_budget", c),
             ),
         ),

@@ -306,7 +306,8 @@ class GRPOHubConfig(GRPOConfig):
             "so a step generates as many rows as TRL's) are shared out, each prompt between rollout_budget_min and "
             "rollout_budget_max, to maximise the expected number of groups with both a solved and an unsolved "
             "completion weighted by p(1-p)^2, where p is the prompt's success rate estimated from its earlier "
-            "groups. Each group's advantages run over its own completions. See docs/rollout-budget.md."
+            "groups. 'signal': the same without the weight (the expected number of groups with both outcomes). "
+            "Each group's advantages run over its own completions. See docs/rollout-budget.md."
         },
     )
     rollout_budget_min: int = field(
@@ -319,11 +320,12 @@ class GRPOHubConfig(GRPOConfig):
             "help": "Most completions a prompt gets. None: 4 x num_generations. Capped by the batch's completions."
         },
     )
-    rollout_budget_log_column: str | None = field(
+    rollout_budget_column: str | None = field(
         default=None,
         metadata={
-            "help": "Dataset column (e.g. a difficulty level) whose values get a metric each: the mean completions "
-            "per prompt of that value (rollout_budget/completions/<value>). None: no such metric."
+            "help": "Dataset column that groups prompts (e.g. a difficulty level): a prompt's estimate starts from "
+            "the success rate of its value's completions so far (else the run's), and each value gets a metric, "
+            "the mean completions per prompt (rollout_budget/completions/<value>). None: the run's rate only."
         },
     )
 

@@ -44,40 +44,42 @@ class RolloutBudgets:
     """Per-prompt budgets of the generation batch being scored, and every prompt's outcomes so far.
 
     Narrow inputs from the trainer: `gather_objects` (list of this rank -> lists of all ranks concatenated), this
-    `rank`, `group_size` (num_generations), the bounds, the dataset `log_column` and its train `metrics`.
+    `rank`, `group_size` (num_generations), the `objective`, the bounds, the dataset `column` and its train `metrics`.
     """
 
     def __init__(
-        self, *, gather_objects, rank: int, group_size: int, low: int, high: int | None, log_column: str | None,
-        metrics,
+        self, *, gather_objects, rank: int, group_size: int, objective: str, low: int, high: int | None,
+        column: str | None, metrics,
     ):  # fmt: skip
-        self.gather_objects, self.rank, self.group_size, self.metrics = (
-            gather_objects,
-            rank,
-            group_size,
-            metrics,
-        )
+        self.gather_objects, self.rank, self.metrics = gather_objects, rank, metrics
+        self.group_size, self.objective, self.column = group_size, objective, column
         self.low, self.high = low, high or DEFAULT_MAX_GROUPS * group_size
-        self.log_column = log_column
         self.history: dict[int, list[float]] = {}  # prompt id -> [solved, scored] completions
+        self.column_history: dict = {}  # `column` value -> [solved, scored] completions
         self.reward_range = (math.inf, -math.inf)  # lowest / highest reward seen
         self.sizes: list[int] | None = None  # group sizes of the batch being scored (all ranks, row order)
         self._ids: list[int] = []  # prompt ids of those groups
-        self._labels: list = []  # their `log_column` values
+        self._labels: list = []  # their `column` values (None without a column)
 
     @classmethod
     def from_config(cls, args, **wiring) -> RolloutBudgets:
         return cls(
-            low=args.rollout_budget_min, high=args.rollout_budget_max, log_column=args.rollout_budget_log_column,
-            **wiring,
+            objective=args.rollout_budget, low=args.rollout_budget_min, high=args.rollout_budget_max,
+            column=args.rollout_budget_column, **wiring,
         )  # fmt: skip
 
-    def estimates(self, ids: list[int]) -> list[float]:
-        """Each prompt's estimated success rate (`success_estimates`), the prior at every completion's rate so far."""
+    def estimates(self, ids: list[int], labels: list) -> list[float]:
+        """Each prompt's estimated success rate (`success_estimates`): the prior is the success rate of its `column`
+        value's completions so far, else of every completion (0.5 before any)."""
         solved, scored = (sum(h[i] for h in self.history.values()) for i in (0, 1))
-        prior = solved / scored if scored else 0.5
-        seen = [self.history.get(i, [0.0, 0.0]) for i in ids]
-        return success_estimates([h[0] for h in seen], [h[1] for h in seen], prior, PRIOR_STRENGTH)
+        run_rate = solved / scored if scored else 0.5
+        estimates = []
+        for prompt, label in zip(ids, labels, strict=True):
+            seen = self.history.get(prompt, [0.0, 0.0])
+            label_solved, label_scored = self.column_history.get(label, [0.0, 0.0])
+            prior = label_solved / label_scored if label_scored else run_rate
+            estimates += success_estimates([seen[0]], [seen[1]], prior, PRIOR_STRENGTH)
+        return estimates
 
     def assign(self, inputs: list) -> list:
         """This rank's rows of the batch with each prompt repeated its budget times (as many rows as `inputs`)."""
@@ -89,10 +91,11 @@ class RolloutBudgets:
                 "(TRL's RepeatSampler order). Fix: use the trainer's own sampler, or rollout_budget='uniform'."
             )
         self._ids = [prompt_id(group[0], None) for group in groups]
+        self._labels = [None if self.column is None else _label(group[0], self.column) for group in groups]
         high = min(self.high, len(rows) - self.low * (len(groups) - 1))
-        self.sizes = allocate_budgets(self.estimates(self._ids), len(rows), self.low, high)
-        if self.log_column is not None:
-            self._labels = [_label(group[0], self.log_column) for group in groups]
+        self.sizes = allocate_budgets(
+            self.estimates(self._ids, self._labels), len(rows), self.low, high, self.objective
+        )
         budgeted = [
             group[0] if copy_index == 0 else copy.copy(group[0])
             for group, size in zip(groups, self.sizes, strict=True)
@@ -112,11 +115,15 @@ class RolloutBudgets:
         low, high = self.reward_range
         solved = ((rewards - low) >= (high - rewards)) & (high > low)  # NaN compares False
         start = 0
-        for prompt, size in zip(self._ids, self.sizes, strict=True):
+        for prompt, label, size in zip(self._ids, self._labels, self.sizes, strict=True):
             group = slice(start, start + size)
-            entry = self.history.setdefault(prompt, [0.0, 0.0])
-            entry[0] += float(solved[group].sum())
-            entry[1] += float((~torch.isnan(rewards[group])).sum())
+            outcome = (float(solved[group].sum()), float((~torch.isnan(rewards[group])).sum()))
+            for entry in (
+                self.history.setdefault(prompt, [0.0, 0.0]),
+                self.column_history.setdefault(label, [0.0, 0.0]),
+            ):
+                entry[0] += outcome[0]
+                entry[1] += outcome[1]
             start += size
         self._log(rewards)
         if len(set(self.sizes)) > 1:
@@ -137,22 +144,27 @@ class RolloutBudgets:
             float(signal[torch.tensor(sizes).cumsum(0) - 1].double().mean())
         )
         metrics["rollout_budget/frac_completions_with_signal"].append(float(signal.double().mean()))
-        for label in sorted(set(self._labels), key=str):
+        for label in sorted(set(self._labels) - {None}, key=str):
             mine = [size for size, other in zip(sizes, self._labels, strict=True) if other == label]
             metrics[f"rollout_budget/completions/{label}"].append(sum(mine) / len(mine))
 
     def state_dict(self) -> dict:
-        return {"history": dict(self.history), "reward_range": list(self.reward_range)}
+        return {
+            "history": dict(self.history),
+            "column_history": dict(self.column_history),
+            "reward_range": list(self.reward_range),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.history = {int(k): [float(x) for x in v] for k, v in state["history"].items()}
+        self.column_history = {k: [float(x) for x in v] for k, v in state["column_history"].items()}
         self.reward_range = tuple(state["reward_range"])
 
 
 def _label(row: dict, column: str):
     if column not in row:
         raise ValueError(
-            f"`rollout_budget_log_column`: the dataset rows have no column {column!r} (columns: {sorted(row)}). "
+            f"`rollout_budget_column`: the dataset rows have no column {column!r} (columns: {sorted(row)}). "
             "Fix: name an existing column, or leave it None."
         )
     return row[column]

@@ -40,15 +40,20 @@ def allocations(count: int, total: int, low: int, high: int):
                 yield (first, *tail)
 
 
-def objective(probs, budgets) -> float:
-    return sum(rb.budget_value(p, n) for p, n in zip(probs, budgets, strict=True))
+def naive_objective_value(p: float, n: int, name: str) -> float:
+    """An objective's value of a group of n at p: Knapsack RL's value, or P_nonzero alone ("signal")."""
+    return rb.budget_value(p, n) if name == "knapsack" else rb.nonzero_gradient_probability(p, n)
 
 
-def dp_optimum(probs, total: int, low: int, high: int) -> float:
+def objective(probs, budgets, name: str = "knapsack") -> float:
+    return sum(naive_objective_value(p, n, name) for p, n in zip(probs, budgets, strict=True))
+
+
+def dp_optimum(probs, total: int, low: int, high: int, name: str = "knapsack") -> float:
     """Best objective by the paper's dynamic program over prompts and spent budget (no concavity assumed)."""
     best = {0: 0.0}
     for p in probs:
-        values = {n: rb.budget_value(p, n) for n in range(low, high + 1)}
+        values = {n: naive_objective_value(p, n, name) for n in range(low, high + 1)}
         nxt = {}
         for spent, v in best.items():
             for n, gain in values.items():
@@ -104,7 +109,8 @@ def test_value_functions_reject_bad_inputs(p, n):
 # --- allocation --------------------------------------------------------------------------------------------
 
 
-def test_allocation_matches_brute_force_on_random_cases():
+@pytest.mark.parametrize("name", rb.OBJECTIVES)
+def test_allocation_matches_brute_force_on_random_cases(name):
     rng = random.Random(1)
     for _ in range(400):
         count = rng.randint(1, 4)
@@ -114,13 +120,14 @@ def test_allocation_matches_brute_force_on_random_cases():
         probs = [random_p(rng) for _ in range(count)]
         if rng.random() < 0.3:  # repeated estimates
             probs = [probs[0]] * count
-        budgets = rb.allocate_budgets(probs, total, low, high)
+        budgets = rb.allocate_budgets(probs, total, low, high, name)
         assert sum(budgets) == total and all(low <= n <= high for n in budgets)
-        best = max(objective(probs, a) for a in allocations(count, total, low, high))
-        assert objective(probs, budgets) == pytest.approx(best, abs=1e-12)
+        best = max(objective(probs, a, name) for a in allocations(count, total, low, high))
+        assert objective(probs, budgets, name) == pytest.approx(best, abs=1e-12)
 
 
-def test_allocation_matches_the_dynamic_program_on_larger_cases():
+@pytest.mark.parametrize("name", rb.OBJECTIVES)
+def test_allocation_matches_the_dynamic_program_on_larger_cases(name):
     rng = random.Random(2)
     for _ in range(40):
         count = rng.randint(5, 12)
@@ -128,18 +135,21 @@ def test_allocation_matches_the_dynamic_program_on_larger_cases():
         high = rng.randint(max(low, 4), 24)
         total = rng.randint(count * low, count * high)
         probs = [random_p(rng) for _ in range(count)]
-        budgets = rb.allocate_budgets(probs, total, low, high)
+        budgets = rb.allocate_budgets(probs, total, low, high, name)
         assert sum(budgets) == total and all(low <= n <= high for n in budgets)
-        assert objective(probs, budgets) == pytest.approx(dp_optimum(probs, total, low, high), abs=1e-12)
+        assert objective(probs, budgets, name) == pytest.approx(
+            dp_optimum(probs, total, low, high, name), abs=1e-12
+        )
 
 
+@pytest.mark.parametrize("name", rb.OBJECTIVES)
 @pytest.mark.parametrize("p", [*SPECIAL_P, 0.3, 0.7, 0.123456789])
-def test_equal_estimates_give_a_uniform_batch(p):
+def test_equal_estimates_give_a_uniform_batch(p, name):
     for count, group in itertools.product([1, 2, 3, 7, 16], [2, 4, 8, 16]):
         for low, high in [(1, group), (2, 2 * group), (group, group), (1, 64)]:
             if low > group:
                 continue
-            assert rb.allocate_budgets([p] * count, count * group, low, high) == [group] * count
+            assert rb.allocate_budgets([p] * count, count * group, low, high, name) == [group] * count
 
 
 def test_equal_or_zero_gains_are_spread_as_evenly_as_possible():
@@ -164,6 +174,17 @@ def test_the_ordering_the_formula_gives():
     assert budgets == [2, 22, 11, 8, 9, 2, 2]
     assert objective(probs, budgets) == pytest.approx(dp_optimum(probs, 56, 2, 32), abs=1e-12)
     assert objective(probs, budgets) > objective(probs, [8] * 7)
+
+
+def test_the_signal_objective_favours_rare_outcomes_and_is_symmetric():
+    """Without InfoGain's weight, p and 1 - p are worth the same; a rare outcome (p = 0.1 or 0.9) needs the most
+    completions to show, a near-certain one (p = 0.02) gains too little per completion, p = 0.5 shows at once."""
+    probs = [0.02, 0.1, 0.3, 0.5, 0.7, 0.9, 0.98]
+    budgets = rb.allocate_budgets(probs, 7 * 8, 2, 32, "signal")
+    assert budgets == [2, 15, 8, 6, 8, 15, 2]
+    assert objective(probs, budgets, "signal") > objective(probs, [8] * 7, "signal")
+    with pytest.raises(ValueError, match="objective must be one of"):
+        rb.allocate_budgets(probs, 56, 2, 32, "other")
 
 
 def test_allocation_bounds_and_inputs():

@@ -205,7 +205,7 @@ EFFECTIVE = {
     "selective_rollout_reward_max": (1.0, {"selective_rollout": True}),
     "rollout_budget_min": (3, {"rollout_budget": "knapsack"}),
     "rollout_budget_max": (16, {"rollout_budget": "knapsack"}),
-    "rollout_budget_log_column": ("level", {"rollout_budget": "knapsack"}),
+    "rollout_budget_column": ("level", {"rollout_budget": "knapsack"}),
 }
 
 

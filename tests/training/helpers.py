@@ -243,7 +243,7 @@ INVALID = [
     ("rollout_budget_min", {"rollout_budget": "knapsack", "rollout_budget_min": 64}),  # above num_generations
     ("rollout_budget_max", {"rollout_budget": "knapsack", "rollout_budget_max": 2}),  # below num_generations
     ("rollout_budget_max", {"rollout_budget_max": 16}),  # feature off
-    ("rollout_budget_log_column", {"rollout_budget_log_column": "level"}),  # feature off
+    ("rollout_budget_column", {"rollout_budget_column": "level"}),  # feature off
     (
         "selective_rollout_target_zero_frac",
         {"selective_rollout": True, "selective_rollout_target_zero_frac": 1.5},

@@ -16,7 +16,14 @@ from tests.helpers import half_signal_dataset, half_signal_reward, make_trainer,
 
 def budgets(rank: int, ranks_rows: list[list], **overrides) -> RolloutBudgets:
     """Budgets of `rank` whose gather returns every rank's rows (`ranks_rows`), groups of 4."""
-    settings = {"low": 2, "high": None, "log_column": "level", "group_size": 4, **overrides}
+    settings = {
+        "objective": "knapsack",
+        "low": 2,
+        "high": None,
+        "column": "level",
+        "group_size": 4,
+        **overrides,
+    }
     return RolloutBudgets(
         gather_objects=lambda rows: [row for rank_rows in ranks_rows for row in rank_rows],
         rank=rank, metrics=defaultdict(list), **settings,
@@ -53,6 +60,16 @@ def test_equal_estimates_give_every_prompt_num_generations():
     assert owner.sizes == [4, 4, 4]
 
 
+def test_a_prompt_never_seen_starts_from_its_columns_success_rate():
+    """rollout_budget_column: a new level-4 prompt starts at level 4's rate (1 in 40), a new level-1 prompt at level 1's
+    (30 in 40); without the column both start at the run's rate."""
+    owner = budgets(0, [])
+    owner.column_history = {4: [1.0, 40.0], 1: [30.0, 40.0]}
+    owner.history = {7: [1.0, 40.0], 8: [30.0, 40.0]}  # the prompts seen so far
+    assert owner.estimates([1, 2], [4, 1]) == [1 / 40, 30 / 40]
+    assert owner.estimates([1, 2], [None, None]) == [31 / 80, 31 / 80]
+
+
 def test_rows_that_are_not_groups_of_one_prompt_are_refused():
     rows = rows_of(["a 1", "b 2"])
     rows[1] = {"prompt": "other", "level": 1}
@@ -69,6 +86,7 @@ def test_record_counts_solved_completions_and_logs_each_groups_own_statistics():
     advantages = group_advantages(rewards, owner.sizes)
     owner.record(rewards, advantages, logged)
     assert owner.history == {1: [2.0, 2.0], 2: [1.0, 2.0], 3: [0.0, 3.0]}
+    assert owner.column_history == {1: [2.0, 2.0], 4: [1.0, 5.0]}
     assert owner.metrics["frac_reward_zero_std"] == [
         float(zero_signal_mask(rewards, [2, 3, 3]).double().mean())
     ]
