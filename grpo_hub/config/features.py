@@ -207,7 +207,16 @@ FEATURES = (
         {"padding_free": True},
         (FORWARD,),
         checks=(checks.check_padding_free,),
+        dependents=(Dependents(("shared_prompts",), "padding_free=True", lambda c: c.padding_free),),
         page="padding-free.md",
+    ),
+    Feature(
+        "shared_prompts",
+        "shared_prompts",
+        lambda c: c.padding_free and c.shared_prompts,
+        {"padding_free": True, "shared_prompts": True},
+        (FORWARD,),
+        page="padding-free.md#shared-prompts",
     ),
     Feature(
         "time_budget",

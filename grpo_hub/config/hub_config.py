@@ -168,6 +168,19 @@ class GRPOHubConfig(GRPOConfig):
             "learning and prefix tuning are refused). False: TRL's padded forwards."
         },
     )
+    shared_prompts: bool = field(
+        default=False,
+        metadata={
+            "help": "Padding-free's next level (needs padding_free=True): within each micro-batch, the rows whose "
+            "prompt tokens are equal (a group's completions, ragged groups too) compute the prompt once; each "
+            "completion attends to the prompt and its own earlier tokens only (an attention mask handed to the "
+            "model), at its row's own positions, so log-probs, entropies, gradients and metrics are padding-free's "
+            "up to fp32 rounding. The saving grows with the prompt's share of a row and with the rows of a group in "
+            "one micro-batch (TRL shuffles a generation batch before splitting it into micro-batches). Models whose "
+            "mask it cannot hand over are refused by name when the trainer is built. False: every row computes its "
+            "own prompt."
+        },
+    )
 
     # --- Wall-clock budget (grpo_hub/algos/time_budget.py, grpo_hub/training/time_budget.py) ---
     time_budget_seconds: float | None = field(

@@ -19,7 +19,9 @@ import torch
 from accelerate.utils import is_peft_model
 
 from grpo_hub.algos.padding_free import ATTENTION, pack_rows, unpack
+from grpo_hub.algos.shared_prompts import pack_groups
 from grpo_hub.errors import field_error
+from grpo_hub.training import shared_prompts
 
 # Bins of about max(BIN_TOKENS, 2 x the longest row) tokens (algos.padding_free.bin_count). Measured on the main
 # job's batch (chain model, 64 rows of 13 + 22 tokens on average, longest 55; fwd + bwd, LoRA, sdpa; median of 10,
@@ -44,9 +46,13 @@ EXACT_MODEL_TYPES = (
 EXACT_PEFT_TYPES = ("IA3", "LOHA", "LOKR", "LORA")
 
 
-def check_model(model, role: str = "model") -> None:
+def check_model(model, role: str = "model", shared: bool = False) -> None:
     """Raise ValueError naming `padding_free` unless `model` (PEFT-wrapped or not) is one padding-free is proven exact
-    on: a model type of `EXACT_MODEL_TYPES` from transformers' own code, every adapter of `EXACT_PEFT_TYPES`."""
+    on: a model type of `EXACT_MODEL_TYPES` from transformers' own code, every adapter of `EXACT_PEFT_TYPES`; with
+    `shared` (shared_prompts), also one that takes the shared-prompt mask (`training.shared_prompts.check_model`)."""
+    # a DDP / DeepSpeed engine: TRL prepares a separate reference model before this check
+    while not hasattr(getattr(model, "config", None), "get_text_config") and hasattr(model, "module"):
+        model = model.module
     base = model.get_base_model() if is_peft_model(model) else model
     config, kind = base.config, type(base).__name__
 
@@ -74,16 +80,22 @@ def check_model(model, role: str = "model") -> None:
         if peft_type not in EXACT_PEFT_TYPES:
             refuse(f"wrapped in a PEFT {peft_type} adapter ({name!r}); padding-free is proven exact only with "
                    f"{', '.join(EXACT_PEFT_TYPES)} (prompt learning and prefix tuning do not see packed rows).")  # fmt: skip
+    if shared:
+        shared_prompts.check_model(model, role)
 
 
 class PaddingFreeForward:
-    """TRL's `_get_per_token_logps_and_entropies` over packed rows; counts the tokens each forward computed."""
+    """TRL's `_get_per_token_logps_and_entropies` over packed rows, or with `shared` each prompt once for its rows
+    (`training.shared_prompts`); counts the tokens each forward computed."""
 
     def __init__(
-        self, pad_token_id: int, autocast: Callable[[], AbstractContextManager], bin_tokens: int = BIN_TOKENS
-    ):
+        self, pad_token_id: int, autocast: Callable[[], AbstractContextManager], bin_tokens: int = BIN_TOKENS,
+        shared: bool = False,
+    ):  # fmt: skip
         self.pad_token_id, self.autocast, self.bin_tokens = pad_token_id, autocast, bin_tokens
-        self.real_tokens = self.pad_tokens = 0  # of the forwards since the last `take_counts`
+        self.shared = shared
+        # tokens computed (real and the bins' tails) and the rows' real tokens, since the last `take_shares`
+        self.real_tokens = self.pad_tokens = self.row_tokens = 0
 
     def __call__(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
@@ -100,23 +112,30 @@ class PaddingFreeForward:
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
             rows = slice(start, start + batch_size)
-            packed = pack_rows(
+            pack = pack_groups if self.shared else pack_rows
+            packed = pack(
                 input_ids[rows], attention_mask[rows], logits_to_keep, self.bin_tokens, self.pad_token_id
             )
             self.real_tokens += packed.real_tokens
             self.pad_tokens += packed.pad_tokens
+            self.row_tokens += getattr(packed, "row_tokens", packed.real_tokens)
+            masks = {"attention_mask": shared_prompts.attention_masks(model, packed)} if self.shared else {}
             with self.autocast():
                 outputs = model(
                     input_ids=packed.input_ids, position_ids=packed.position_ids, labels=packed.labels,
-                    fused_lm_head=True,
+                    fused_lm_head=True, **masks,
                 )  # fmt: skip
             logps.append(unpack(outputs.log_probs, packed))
             if compute_entropy:
                 entropies.append(unpack(outputs.entropy, packed))
         return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
 
-    def take_counts(self) -> tuple[int, int]:
-        """(real, padding) tokens computed since the last call."""
-        counts = self.real_tokens, self.pad_tokens
-        self.real_tokens = self.pad_tokens = 0
-        return counts
+    def take_shares(self) -> dict[str, float]:
+        """The shares of the tokens since the last call: padding among those computed (`pad_share`), and with `shared`
+        the rows' real tokens not computed (`prompt_share_saved`: repeated prompts)."""
+        computed = max(self.real_tokens + self.pad_tokens, 1)
+        shares = {"padding_free/pad_share": self.pad_tokens / computed}
+        if self.shared:
+            shares["padding_free/prompt_share_saved"] = 1 - self.real_tokens / max(self.row_tokens, 1)
+        self.real_tokens = self.pad_tokens = self.row_tokens = 0
+        return shares

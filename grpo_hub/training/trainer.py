@@ -83,11 +83,13 @@ class GRPOHubTrainer(GRPOTrainer):
             | {f"eval_dataset[{k!r}]" if k else "eval_dataset": v for k, v in eval_sets.items()},
         )
         self._padding_free = None  # packed forwards of the real tokens only (training.padding_free)
-        if args.padding_free:
-            check_model(self.model)
+        if args.padding_free:  # with shared_prompts each prompt once for its rows (training.shared_prompts)
+            check_model(self.model, shared=args.shared_prompts)
             if self.ref_model is not None:
-                check_model(self.ref_model, "reference model")
-            self._padding_free = PaddingFreeForward(self._tokenizer.pad_token_id, self.accelerator.autocast)
+                check_model(self.ref_model, "reference model", shared=args.shared_prompts)
+            self._padding_free = PaddingFreeForward(
+                self._tokenizer.pad_token_id, self.accelerator.autocast, shared=args.shared_prompts
+            )
         self.add_callback(FiniteGradientsCallback())  # weights never become NaN/inf
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
         # TRL scores with these while `_calculate_rewards` runs; `reward_funcs` keeps the user's own functions
@@ -419,11 +421,9 @@ class GRPOHubTrainer(GRPOTrainer):
             self, inputs, self._loss_time_is if self.model.training else None
         ):
             loss = self._loss(model, inputs)  # vLLM's IS ratio from its forward, where exact
-        if self._padding_free is not None:  # the share of the tokens computed since the last micro-step
-            real, pad = self._padding_free.take_counts()
-            self._metrics["train" if self.model.training else "eval"]["padding_free/pad_share"].append(
-                pad / max(real + pad, 1)
-            )
+        if self._padding_free is not None:  # shares of the tokens computed since the last micro-step
+            for key, share in self._padding_free.take_shares().items():
+                self._metrics["train" if self.model.training else "eval"][key].append(share)
         return loss
 
     def _loss(self, model, inputs):

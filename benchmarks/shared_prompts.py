@@ -1,0 +1,211 @@
+"""Shared-prompt forwards (`shared_prompts`) beside padding-free's and TRL's padded ones, side by side in one run: the
+trainer's forward + backward, the tokens it computes, and the activations it keeps for the backward.
+
+prompt-heavy  one micro-batch at the Qwen2.5-0.5B layer shape (`benchmarks.padding_free.long_tail_model`: hidden
+              896, 14 / 2 heads, MLP 4,864, LoRA r 16 on every linear layer, `--layers` layers, vocabulary 32,768),
+              random weights, fp32: `--prompts` prompts of `--prompt-tokens` tokens with `--group` completions each,
+              of up to `--max-completion` tokens drawn from Beta(1.2, 1.8) (mean 40 % of the maximum: the long tail
+              of benchmarks/padding_free.py), in TRL's layout (rows shuffled, padded to the longest prompt and
+              completion); TRL's padded forward with its fused LM head against `PaddingFreeForward` without and
+              with `shared`, fwd + bwd, interleaved, one thread.
+main job      the LoRA main job (`recipes/configs/chain.yaml`: chain model, 8 problems x 8 completions of up to 48
+              tokens, one 64-row micro-batch), `GRPOHubTrainer` padded, padding-free and with shared prompts, learning
+              rate 0 (torch reseeded before each generation: the same rollouts in the three), one step per repetition,
+              interleaved. Train part = the step minus generation and rewards (forward, backward, optimizer step).
+
+Printed per configuration: median seconds and the paired ratios to the padded and the padding-free forward (median,
+min, max), tokens computed per micro-step (with the padding or the bins' tails) and their ratio to the rows' real
+tokens (below 1: repeated prompts not computed), and the activations autograd saves for the backward (MiB; parameters left out: a deterministic stand-in for a CPU
+step's peak memory); prompt-heavy also the largest log-prob difference to the padded forward.
+
+    python -m benchmarks.shared_prompts [--reps 3] [--threads 1|2] [--skip-main-job] [--skip-prompt-heavy] [--quick]
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from contextlib import nullcontext
+from types import SimpleNamespace
+
+import torch
+
+from benchmarks.common import QUIET_CPU_RUN, interleaved_times, print_table, ratio_spread
+from benchmarks.padding_free import MIB, RECIPE, PeakMemory, Work, forward_backward, long_tail_model
+from benchmarks.tta_harness import chain_trainer, recipe_settings
+from grpo_hub import GRPOHubConfig
+from grpo_hub.tasks import chain
+from grpo_hub.training.padding_free import PaddingFreeForward
+
+CONFIGS = {
+    "padded (TRL)": {"padding_free": False},
+    "padding-free": {"padding_free": True},
+    "shared prompts": {"padding_free": True, "shared_prompts": True},
+}
+HEADER = ["forwards", "train s", "ratio to padded", "ratio to padding-free", "tokens / micro-step",
+          "computed / real tokens", "saved MiB"]  # fmt: skip
+
+
+def ratios(times: dict[str, list[float]], name: str) -> list[str]:
+    cells = []
+    for baseline in ("padded (TRL)", "padding-free"):
+        spread = ratio_spread(times[name], times[baseline])
+        cells.append(f"{spread.median:.3f} ({spread.low:.3f}-{spread.high:.3f})")
+    return cells
+
+
+def main_job_trainer(recipe: str, settings: dict):
+    fields, lora = recipe_settings(recipe)
+    prompts = fields.pop("num_prompts")
+    args = GRPOHubConfig(**{**fields, **QUIET_CPU_RUN, "output_dir": tempfile.mkdtemp(), "learning_rate": 0.0,
+                            "max_steps": 1, **settings})  # fmt: skip
+    scorer = SimpleNamespace(reward=chain.chain_correctness_reward, attach=lambda trainer: None)
+    trainer = chain_trainer(args, scorer, lora, prompts, seed=0)
+    score, drawn = trainer._generate_and_score_completions, [0]
+
+    def reseeded(*args, **kwargs):  # a new batch every repetition, the same for every configuration
+        drawn[0] += 1
+        torch.manual_seed(1000 + drawn[0])
+        return score(*args, **kwargs)
+
+    trainer._generate_and_score_completions = reseeded
+    return trainer
+
+
+def measure_main_job(reps: int, threads: int, recipe: str = RECIPE) -> list[list[str]]:
+    trainers = {name: main_job_trainer(recipe, settings) for name, settings in CONFIGS.items()}
+    work = {name: Work(trainer.model) for name, trainer in trainers.items()}
+    real = {name: [0] for name in trainers}
+    for name, trainer in trainers.items():
+        loss = trainer._compute_loss
+
+        def counted(model, inputs, loss=loss, total=real[name], meter=work[name]):
+            total[0] += int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
+            meter.reset_saved()
+            with meter.saving():
+                return loss(model, inputs)
+
+        trainer._compute_loss = counted
+    clock = time.process_time if threads == 1 else time.perf_counter
+    steps = {}
+    times = interleaved_times(trainers, reps, work=steps, clock=clock)
+    train = {name: [t for t, _ in times[name]] for name in trainers}
+    rows = []
+    for name in trainers:
+        meter = work[name]
+        rows.append([
+            name, f"{statistics.median(train[name]):.3f}", *ratios(train, name),
+            f"{meter.tokens / meter.forwards:,.0f}", f"{meter.tokens / real[name][0]:.2f}",
+            f"{meter.peak_saved / MIB:.1f}",
+        ])  # fmt: skip
+    return rows
+
+
+def prompt_heavy_batch(
+    prompts: int, group: int, prompt_tokens: int, max_completion: int, generator, vocab: int
+):
+    """TRL's layout of `prompts` x `group` rows: each prompt of `prompt_tokens` tokens, repeated over its group's rows;
+    completions of Beta(1.2, 1.8) x `max_completion` tokens (at least 1); rows shuffled (TRL's micro-batch)."""
+    beta = torch.distributions.Beta(torch.tensor(1.2), torch.tensor(1.8))  # torch's global generator
+    completions = (beta.sample((prompts * group,)) * max_completion).long().clamp(min=1)
+    width = int(completions.max())
+    ids = torch.randint(1, vocab, (prompts * group, prompt_tokens + width), generator=generator)
+    heads = torch.randint(1, vocab, (prompts, prompt_tokens), generator=generator)
+    ids[:, :prompt_tokens] = heads.repeat_interleave(group, dim=0)
+    mask = torch.zeros_like(ids)
+    for r in range(len(ids)):
+        mask[r, : prompt_tokens + completions[r]] = 1
+    order = torch.randperm(len(ids), generator=generator)
+    return ids[order], mask[order], width
+
+
+def measure_prompt_heavy(reps: int, prompts: int, group: int, prompt_tokens: int, max_completion: int,
+                         layers: int, vocab: int = 32768) -> list[list[str]]:  # fmt: skip
+    """The three forwards, fwd + bwd, interleaved (the order rotated each repetition); the first batch warms up and
+    gives the largest log-prob difference to the padded forward."""
+    model = long_tail_model(layers, vocab, "cpu", torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    batches = [prompt_heavy_batch(prompts, group, prompt_tokens, max_completion, generator, vocab)
+               for _ in range(reps + 1)]  # fmt: skip
+
+    def padded(ids, mask, keep):
+        labels = ids.masked_fill(mask == 0, -100)
+        labels[:, :-keep] = -100
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        return out.log_probs[:, -keep:], out.entropy[:, -keep:]
+
+    def packed(shared: bool):
+        forward = PaddingFreeForward(0, nullcontext, shared=shared)
+        return lambda ids, mask, keep: forward(model, ids, mask, keep, compute_entropy=True)[:2]
+
+    runs = {"padded (TRL)": padded, "padding-free": packed(False), "shared prompts": packed(True)}
+    times, tokens, peak, logps = ({name: [] for name in runs}, dict.fromkeys(runs, 0), {}, {})
+    work = Work(model)
+    memory = PeakMemory("cpu", work)
+    for rep, (ids, mask, keep) in enumerate(batches):
+        names = list(runs)[rep % 3 :] + list(runs)[: rep % 3]
+        for name in names:
+            model.zero_grad()
+            work.tokens = 0
+            with memory.measuring():
+                start = time.process_time()
+                out = forward_backward(runs[name], ids, mask, keep)
+                elapsed = time.process_time() - start
+            if rep:
+                times[name].append(elapsed)
+                tokens[name] += work.tokens
+                peak[name] = max(peak.get(name, 0), memory.peak())
+            else:
+                logps[name] = out.detach()[mask[:, -keep:].bool()]
+    real = sum(int(mask.sum()) for _, mask, _ in batches[1:])
+    table = []
+    for name in runs:
+        gap = (logps[name] - logps["padded (TRL)"]).abs().max().item()
+        table.append([
+            name, f"{statistics.median(times[name]):.3f}", *ratios(times, name), f"{tokens[name] / reps:,.0f}",
+            f"{tokens[name] / real:.2f}", f"{peak[name] / MIB:,.1f}", f"{gap:.1e}",
+        ])  # fmt: skip
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--threads", type=int, choices=(1, 2), default=1, help="main job: threads")
+    parser.add_argument("--recipe", default=RECIPE, help="main job: the recipe YAML whose step is measured")
+    parser.add_argument("--prompts", type=int, default=1, help="prompt-heavy: prompts in the micro-batch")
+    parser.add_argument("--group", type=int, default=8, help="prompt-heavy: completions per prompt")
+    parser.add_argument("--prompt-tokens", type=int, default=512)
+    parser.add_argument("--max-completion", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--skip-main-job", action="store_true")
+    parser.add_argument("--skip-prompt-heavy", action="store_true")
+    parser.add_argument(
+        "--quick", action="store_true", help="1 repetition, 1 layer, prompts of 64, completions of 32"
+    )
+    cli = parser.parse_args()
+    if cli.quick:
+        cli.reps, cli.layers, cli.prompt_tokens, cli.max_completion = 1, 1, 64, 32
+    if cli.threads == 1:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    torch.set_num_threads(cli.threads)
+    if not cli.skip_prompt_heavy:
+        torch.set_num_threads(1)
+        print(f"## Prompt-heavy: {cli.prompts} prompt(s) of {cli.prompt_tokens} tokens x {cli.group} completions of up "
+              f"to {cli.max_completion} tokens (mean 40 %), {cli.layers} Qwen2.5-0.5B-shaped layers, LoRA r 16, fp32, "
+              f"one thread, {cli.reps} repetitions\n")  # fmt: skip
+        header = [*HEADER, "max log-prob gap"]
+        print_table(header, measure_prompt_heavy(cli.reps, cli.prompts, cli.group, cli.prompt_tokens,
+                                                 cli.max_completion, cli.layers))  # fmt: skip
+        torch.set_num_threads(cli.threads)
+    if not cli.skip_main_job:
+        print(f"\n## Main job ({cli.recipe}), one step per repetition, {cli.reps} repetitions, {cli.threads} "
+              f"thread(s)\n")  # fmt: skip
+        print_table(HEADER, measure_main_job(cli.reps, cli.threads, cli.recipe))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""shared_prompts on 2 CPU ranks: DDP (cpu-ddp.yaml: torchrun + gloo) and DeepSpeed ZeRO-2 / ZeRO-3
+(cpu-zero2.yaml, cpu-zero3.yaml). The shared-prompt forward runs per micro-batch per rank, so every rank groups its
+own rows (2 prompts x 4 completions per rank here); the runs must train the padded runs' weights, losses and grad norms
+to fp32 rounding with fewer tokens computed, for full fine-tuning and LoRA, 3 SGD steps each (the padding-free
+runs' checks: tests/training/distributed/checks.py)."""
+
+import json
+
+import pytest
+from transformers import AutoTokenizer
+
+from grpo_hub.tasks import build_tiny_model
+from tests.conftest import requires
+from tests.training.distributed.checks import (
+    assert_padding_free_matches,
+    assert_two_rank_world,
+    padding_free_runs,
+)
+from tests.training.distributed.launch import run_accelerate_runs
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+EOS = AutoTokenizer.from_pretrained(build_tiny_model()).eos_token_id
+LAUNCHES = {"cpu-ddp.yaml": "MULTI_CPU", "cpu-zero2.yaml": "DEEPSPEED", "cpu-zero3.yaml": "DEEPSPEED"}
+
+
+@pytest.fixture(scope="module", params=list(LAUNCHES), ids=["ddp", "zero2", "zero3"])
+def runs(request) -> dict:
+    """{name: result}: padded and shared-prompt runs, full fine-tuning and LoRA, in one 2-rank launch."""
+    if request.param != "cpu-ddp.yaml":
+        requires("deepspeed", "ZeRO-2/3 on 2 CPU ranks")
+    configs = padding_free_runs({}, EOS)
+    configs = {"padded": configs["padded"], "shared": {**configs["padding_free"], "shared_prompts": True}}
+    runs = {}
+    for name, config in configs.items():
+        base = ["--trainer", "hub", "--scenario", "task", "--max-steps", "3", "--learning-rate", "0.1",
+                "--hub-config", json.dumps(config)]  # fmt: skip
+        runs[name], runs[f"{name}_lora"] = base, [*base, "--lora"]
+    results = run_accelerate_runs(request.param, "grpo_worker.py", runs)
+    return {"kind": LAUNCHES[request.param], **results}
+
+
+@pytest.mark.parametrize("suffix", ["", "_lora"], ids=["full", "lora"])
+def test_shared_prompts_match_the_padded_run_on_two_ranks(runs, suffix):
+    assert_two_rank_world(runs[f"shared{suffix}"], runs["kind"])
+    assert_padding_free_matches(runs[f"padded{suffix}"], runs[f"shared{suffix}"], steps=3)

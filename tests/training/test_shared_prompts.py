@@ -1,0 +1,315 @@
+"""shared_prompts (grpo_hub.training.shared_prompts): each prompt computed once for its rows gives TRL's padded results
+and padding-free's, for every model type padding-free accepts (with sdpa and eager, sliding windows shorter than the
+rows), every PEFT type it accepts, every trainable feature switch, tool rollouts, LoRA and full fine-tuning over several
+optimizer steps; it computes fewer tokens (counted); models it cannot hand its mask to are refused by name.
+
+Tolerance: as padding-free's (tests/training/test_padding_free.py): the same fp32 operations on other layouts and
+masks, so gradients within rtol 1e-4 / atol 1e-6, logged metrics within rel 1e-4 / abs 1e-5, and log-probs and
+entropies of the tiny models at weights of trained scale within 1e-4.
+"""
+
+import math
+import random
+from contextlib import nullcontext
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from grpo_hub.config import features
+from grpo_hub.training.padding_free import (
+    EXACT_MODEL_TYPES,
+    EXACT_PEFT_TYPES,
+    PaddingFreeForward,
+    check_model,
+)
+from grpo_hub.training.shared_prompts import MASKS
+from tests.training.dynamic.scripted import tool_trainer
+from tests.training.helpers import COMPAT_BASE, StepProbe, allowed, run, trains
+from tests.training.reference.helpers import lora_config
+from tests.training.test_padding_free import (
+    HYBRIDS,
+    WINDOWS,
+    assert_same_run,
+    attentions,
+    numeric_logs,
+    peft_model,
+    tiny_model,
+    varied_lengths,
+)
+
+# sliding windows for the types padding-free's test runs without one (one sliding layer, one full)
+SHARED_WINDOWS = {
+    **WINDOWS,
+    "qwen3_moe": {"use_sliding_window": True, "sliding_window": 4},
+    "qwen2_moe": {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 2},
+    "smollm3": {"use_sliding_window": True, "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]},
+}  # fmt: skip
+
+
+def grouped_batch(seed: int = 1, vocab: int = 96):
+    """TRL's layout of 3 prompts (4, 7 and 2 tokens) with 3, 1 and 4 rows (ragged), shuffled; completions of 0-9
+    tokens (one empty), so rows share prompts and windows of 4 cut through prompts and branches."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    prompts = [torch.randint(1, vocab, (n,)).tolist() for n in (4, 7, 2)]
+    rows = [(p, c) for p, cs in zip(prompts, ([9, 3, 5], [6], [0, 8, 2, 7]), strict=True) for c in cs]
+    rng.shuffle(rows)
+    ids = torch.randint(1, vocab, (len(rows), 7 + 9))
+    mask = torch.zeros_like(ids)
+    for r, (prompt, c) in enumerate(rows):
+        ids[r, 7 - len(prompt) : 7] = torch.tensor(prompt)
+        mask[r, 7 - len(prompt) : 7 + c] = 1
+    return ids, mask, 9
+
+
+def gaps(model, fused_head_added: bool = False, bin_tokens: int = 1000) -> dict[str, float]:
+    """Largest gaps between the shared-prompt forward + backward of `model` and the padded one on `grouped_batch`, fp32:
+    log-probs, entropies, and the gradients of a weighted sum of both."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    if not fused_head_added:
+        add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    ids, mask, keep = grouped_batch()
+    scored = mask[:, -keep:].bool()
+    weights = torch.randn(scored.shape, generator=torch.Generator().manual_seed(2))
+    results = {}
+    for name in ("padded", "shared"):
+        model.zero_grad()
+        if name == "padded":
+            labels = ids.masked_fill(mask == 0, -100)
+            labels[:, :-keep] = -100
+            out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+            logps, entropies = out.log_probs[:, -keep:] * scored, out.entropy[:, -keep:] * scored
+        else:
+            forward = PaddingFreeForward(0, nullcontext, bin_tokens=bin_tokens, shared=True)
+            logps, entropies, _ = forward(model, ids, mask, keep, compute_entropy=True)
+        ((logps * weights).sum() + (entropies * weights).sum()).backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        results[name] = (logps.detach(), entropies.detach(), grads)
+    (a_logps, a_ent, a_grads), (b_logps, b_ent, b_grads) = results["padded"], results["shared"]
+    assert len(a_grads) == len(b_grads) > 0
+    return {
+        "logps": (a_logps - b_logps).abs().max().item(),
+        "entropies": (a_ent - b_ent).abs().max().item(),
+        # per tensor, relative to its largest entry: weights of trained scale give entries up to ~100, whose fp32
+        # rounding on another layout (padding-free's too) moves small entries by ~1e-5 of the largest
+        "grads": max(
+            ((a - b).abs().max() / a.abs().max()).item() for a, b in zip(a_grads, b_grads, strict=True)
+        ),
+    }
+
+
+def test_every_model_type_padding_free_accepts_has_a_mask_layout():
+    assert set(MASKS) == set(EXACT_MODEL_TYPES)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "attention"), [(m, a) for m in EXACT_MODEL_TYPES for a in attentions(m)]
+)
+def test_each_model_type_computes_its_padded_results_with_shared_prompts(model_type, attention):
+    """Log-probs, entropies and gradients (relative, over entries of trained scale) of the padded forward; with
+    sliding windows shorter than the rows where the type has them; several prompts in one bin."""
+    model = tiny_model(model_type, attention, **SHARED_WINDOWS.get(model_type, {}))
+    check_model(model, shared=True)
+    found = gaps(model)
+    assert max(found.values()) < 1e-4, found
+
+
+@pytest.mark.parametrize("peft_type", EXACT_PEFT_TYPES)
+def test_the_peft_types_padding_free_accepts_compute_their_padded_results(peft_type):
+    model = peft_model(peft_type)
+    check_model(model, shared=True)
+    found = gaps(model, fused_head_added=True, bin_tokens=1)  # one prompt per bin
+    assert max(found.values()) < 1e-4, found
+
+
+def test_a_model_inside_a_deepspeed_engine_is_checked_and_masked():
+    """TRL prepares a separate reference model (a DeepSpeed engine, whose own `config` is a dict) before the trainer's
+    checks; the checks and the mask read the model inside."""
+    from types import SimpleNamespace
+
+    from grpo_hub.algos.shared_prompts import pack_groups
+    from grpo_hub.training.shared_prompts import attention_masks
+
+    model = tiny_model("gemma2", "eager", sliding_window=4)
+    engine = SimpleNamespace(
+        module=model, config={"zero_optimization": {"stage": 3}}, parameters=model.parameters
+    )
+    check_model(engine, "reference model", shared=True)
+    masks = attention_masks(engine, pack_groups(*grouped_batch(), 1000, 0))
+    assert (
+        set(masks) == {"full_attention", "sliding_attention"}
+        and masks["full_attention"].dtype == torch.float32
+    )
+
+
+def test_a_bidirectional_model_is_refused_by_name():
+    model = tiny_model("gemma3_text", use_bidirectional_attention=True)
+    with pytest.raises(
+        ValueError, match=r"`shared_prompts`: the model is Gemma3ForCausalLM, with bidirectional.*Fix"
+    ):
+        check_model(model, shared=True)
+
+
+@pytest.mark.parametrize("model_type", list(HYBRIDS)[:1])
+def test_what_padding_free_refuses_is_refused_first(model_type):
+    with pytest.raises(ValueError, match=rf"`padding_free`: .*'{model_type}'"):
+        check_model(tiny_model(model_type, **HYBRIDS[model_type]), shared=True)
+
+
+# --- training runs ---
+SWITCHES = [
+    name
+    for name in features.SWITCHES
+    if trains(name)
+    and name not in ("padding_free", "shared_prompts")
+    and allowed({**features.SWITCHES[name].example, "padding_free": True, "shared_prompts": True})
+]
+
+
+def test_every_trainable_switch_is_checked():
+    assert len(SWITCHES) == len([n for n in features.SWITCHES if trains(n)]) - 2
+
+
+def assert_shared(padded, packed, shared, every_step_has_signal=True):
+    """The shared run equals the padded and the padding-free run (`assert_same_run`; some step's gradient may be 0
+    without `every_step_has_signal`), and computed fewer tokens than padding-free."""
+    assert shared.scored_tokens < packed.scored_tokens
+    for other in (padded, packed):
+        if every_step_has_signal:
+            assert_same_run(other, shared)
+            continue
+        assert any(g.abs().sum() > 0 for g in other.grads)
+        for a, b in zip(other.grads, shared.grads, strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+        for a, b in zip(numeric_logs(other.trainer), numeric_logs(shared.trainer), strict=True):
+            assert a.keys() == b.keys()
+            for key in a:
+                assert math.isclose(a[key], b[key], rel_tol=1e-4, abs_tol=1e-5), (key, a[key], b[key])
+    saved = [h["padding_free/prompt_share_saved"] for h in shared.trainer.state.log_history if "loss" in h]
+    assert saved and all(share > 0 for share in saved)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SWITCHES)
+def test_shared_prompts_equal_padded_and_padding_free_with(tmp_path, tiny_model_dir, name):
+    """Same rollouts (learning rate 0): the same gradients and logged metrics at every step in the three runs."""
+    switch = features.SWITCHES[name]
+    settings = {**COMPAT_BASE, **switch.example, **varied_lengths(tiny_model_dir), "learning_rate": 0.0}
+    peft = lora_config() if switch.needs_peft else None
+    assert_shared(*three_runs(tmp_path, tiny_model_dir, peft, **settings))
+
+
+def three_runs(tmp_path, model_dir, peft=None, **settings) -> list[StepProbe]:
+    """Padded, padding-free and shared-prompt runs of `settings` on the tiny model."""
+    extras = ({}, {"padding_free": True}, {"padding_free": True, "shared_prompts": True})
+    return [
+        run(tmp_path / str(i), model_dir, peft_config=peft, **settings, **extra)
+        for i, extra in enumerate(extras)
+    ]
+
+
+@pytest.mark.slow
+def test_ragged_groups_of_per_prompt_rollout_budgets(tmp_path, tiny_model_dir):
+    """Knapsack budgets differ after a few steps (groups of 2-6 rows, `rollout_budget/std` > 0): rows are grouped by
+    their prompt tokens, whatever a group's size."""
+    settings = {**COMPAT_BASE, **varied_lengths(tiny_model_dir), "learning_rate": 0.0, "max_steps": 6,
+                "rollout_budget": "knapsack"}  # fmt: skip
+    runs = three_runs(tmp_path, tiny_model_dir, **settings)
+    spreads = [
+        h["rollout_budget/std"] for h in runs[2].trainer.state.log_history if "rollout_budget/std" in h
+    ]
+    assert max(spreads) > 0, "the budgets never differed: the test checks nothing"
+    assert_shared(*runs, every_step_has_signal=False)  # a step of zero-signal groups only has a zero gradient
+
+
+@pytest.mark.slow
+def test_groups_that_trls_shuffle_splits_over_micro_batches(tmp_path, tiny_model_dir):
+    """Two micro-steps per generation batch: TRL shuffles the batch's rows before splitting it, so a micro-batch holds
+    parts of groups in any order; rows are grouped by their prompt tokens within it."""
+    settings = {**COMPAT_BASE, **varied_lengths(tiny_model_dir), "learning_rate": 0.0,
+                "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}  # fmt: skip
+    assert_shared(*three_runs(tmp_path, tiny_model_dir, **settings))
+
+
+@pytest.mark.slow
+def test_tool_rollouts_with_turn_level_ratios(tmp_path, tiny_model_dir):
+    """The tool task: tool results inside the completion (tool_mask), turn-level ratios. The prompt is the group's
+    one shared prefix; every later turn lies in its row's own branch."""
+    runs = []
+    for i, extra in enumerate(({}, {"padding_free": True}, {"padding_free": True, "shared_prompts": True})):
+        trainer = tool_trainer(tmp_path / str(i), tiny_model_dir, max_steps=2, learning_rate=0.0, **extra)
+        probe = StepProbe()
+        trainer.add_callback(probe)
+        trainer.model.register_forward_pre_hook(probe.count, with_kwargs=True)
+        trainer.train()
+        probe.trainer = trainer
+        runs.append(probe)
+    assert_shared(*runs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_parameters_after_several_optimizer_steps(tmp_path, tiny_model_dir, lora):
+    """Learning on (plain SGD, lr 0.1, 4 steps: each step's rollouts come from the weights the step before left), the
+    trained parameters of the three runs agree to fp32 rounding."""
+    settings = {
+        **COMPAT_BASE,
+        **varied_lengths(tiny_model_dir),
+        "max_steps": 4,
+        "learning_rate": 0.1,
+        "optim": "sgd",
+    }
+    trained = [
+        {n: p.detach().clone() for n, p in probe.trainer.model.named_parameters() if p.requires_grad}
+        for probe in three_runs(tmp_path, tiny_model_dir, lora_config() if lora else None, **settings)
+    ]
+    start = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    moved = 0
+    for name, value in trained[0].items():
+        for other in trained[1:]:
+            torch.testing.assert_close(other[name], value, rtol=1e-4, atol=1e-6)
+        base = name.replace("base_model.model.", "").replace(".base_layer", "")
+        moved += base not in start or not torch.equal(start[base], value)
+    assert moved > 0
+
+
+class Computed:
+    """Tokens of every graph-building forward the model receives (training forwards: inputs and the bins' tails)."""
+
+    def __init__(self, trainer):
+        self.tokens = 0
+        trainer.model.register_forward_pre_hook(self.count, with_kwargs=True)
+
+    def count(self, module, args, kwargs):
+        if torch.is_grad_enabled():
+            self.tokens += (kwargs.get("input_ids") if "input_ids" in kwargs else args[0]).numel()
+
+
+@pytest.mark.slow
+def test_the_main_jobs_batches_compute_at_most_three_quarters_of_padding_free_tokens(tmp_path):
+    """The main job's model and batch (chain model, 8 problems x 8 completions of up to 48 tokens, one 64-row
+    micro-batch), 3 steps each: the training forwards compute <= 0.75x padding-free's tokens (prompts are ~13 of ~36
+    tokens a row)."""
+    from grpo_hub.tasks import get_reward_funcs, load_task_dataset
+    from grpo_hub.tasks.chain_model import chain_model_path
+    from grpo_hub.training.trainer import GRPOHubTrainer
+    from tests.helpers import tiny_config
+
+    computed = {}
+    for shared in (False, True):
+        path = chain_model_path()
+        trainer = GRPOHubTrainer(
+            model=AutoModelForCausalLM.from_pretrained(path),
+            reward_funcs=get_reward_funcs("chain"),
+            args=tiny_config(tmp_path / str(shared), per_device_train_batch_size=64, num_generations=8,
+                             max_completion_length=48, temperature=1.0, max_steps=3, padding_free=True,
+                             shared_prompts=shared),
+            train_dataset=load_task_dataset("chain", n=64, seed=0),
+            processing_class=AutoTokenizer.from_pretrained(path),
+        )  # fmt: skip
+        counter = Computed(trainer)
+        trainer.train()
+        computed[shared] = counter.tokens
+    assert computed[True] <= 0.75 * computed[False], computed
