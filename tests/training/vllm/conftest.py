@@ -30,6 +30,7 @@ ONE_RANK_RUNS = {
         "trl_path": True,
     },  # TRL's scoring forward: the baseline of test_vllm_colocate.py
     "agilerl_padding_free": {**AGILERL, "padding_free": True},
+    "agilerl_shared_prompts": {**AGILERL, "padding_free": True, "shared_prompts": True},
     "uncorrected": {
         "vllm_importance_sampling_correction": False,
         "learning_rate": LEARNING_RATE,

@@ -147,3 +147,18 @@ def test_padding_free_takes_the_is_ratio_from_its_forward_and_trains_as_the_padd
     first, baseline = step_logs(packed)[0], step_logs(agilerl_run)[0]
     assert same_rollouts(first, baseline)
     assert_same_step(first, baseline, loss_abs=1e-5, rel=1e-4, metric_abs=LOGP_ROUNDING)
+
+
+def test_shared_prompts_take_the_is_ratio_from_their_forward_and_train_as_the_padded_run(
+    agilerl_run, one_rank_runs
+):
+    """As padding-free's run above, with each prompt computed once for its group (shared_prompts): the IS ratio comes
+    from the shared-prompt training forward, fewer tokens than padding-free's, the padded run's first step."""
+    shared = one_rank_runs["agilerl_shared_prompts"][0]
+    packed = one_rank_runs["agilerl_padding_free"][0]
+    assert shared["packed_forwards"] == len(step_logs(shared))
+    assert shared["scored_tokens"] < packed["scored_tokens"]
+    check_is_path(shared, loss_time=True)
+    first, baseline = step_logs(shared)[0], step_logs(agilerl_run)[0]
+    assert same_rollouts(first, baseline)
+    assert_same_step(first, baseline, loss_abs=1e-5, rel=1e-4, metric_abs=LOGP_ROUNDING)
