@@ -268,12 +268,23 @@ def served_sync_dir(post) -> str | None:
     return body["results"][0] if status == 200 else None
 
 
-def sync_folder(sync_dir: str | None, served: str | None, own: str | None = None) -> Path:
+def sync_folder(
+    sync_dir: str | None, served: str | None, own: str | None = None, needs_served: bool = False
+) -> Path:
     """The folder syncs are written to, owner-only (`server_auth.private_folder`): one the trainer agreed to, never one
     a server merely names (a server that is not this run's, or anyone in the middle of plain HTTP, would choose the
     folder the trainer makes owner-only and fills with weights). `sync_dir` (the user's vllm_server_sync_dir), else
     `own` (the folder this process gave the server it started), must be the server's folder `served` where it has one;
-    with neither and no `served`, a fresh temporary folder on this machine, removed at exit."""
+    with neither and no `served`, a fresh temporary folder on this machine, removed at exit. `needs_served` ('merged'
+    reloads only from the server's own folder): a server without one is an error."""
+    if needs_served and served is None:
+        field_error(
+            FIELD,
+            "'merged' reloads weights only from the server's sync folder, fixed when it starts, and this server has "
+            "none.",
+            f"start it with `grpo-hub vllm-serve` (which fixes one), or with {server_auth.SYNC_DIR_ENV} in its "
+            "environment.",
+        )
     agreed = sync_dir or own
     if served is not None and agreed is None:
         field_error(

@@ -7,7 +7,7 @@ import contextlib
 from dataclasses import dataclass
 
 from grpo_hub.errors import field_error
-from grpo_hub.generation import server, server_auth, server_process
+from grpo_hub.generation import server, server_process
 from grpo_hub.generation.adapter_sync import (
     adapter_engine,
     check_not_fsdp,
@@ -136,7 +136,7 @@ def prepare_server(generation, settings: ServerSettings, *, collectives, metrics
         return None
     if sync_mode == server.ADAPTER and settings.adapter is None:
         field_error(server.FIELD, "'adapter' syncs a LoRA adapter, but the model has none.", "use 'merged'.")
-    folder = sync_folder(client, settings.sync_dir, sync_mode) if is_main else None
+    folder = sync_folder_for(client, settings.sync_dir, sync_mode) if is_main else None
     if sync_mode == server.ADAPTER:
         check_not_fsdp(generation)
         check_servable(model.peft_config[settings.adapter], head_targets(model))
@@ -170,19 +170,11 @@ def prepare_server(generation, settings: ServerSettings, *, collectives, metrics
     return rollouts
 
 
-def sync_folder(client, sync_dir: str | None, sync_mode: str):
-    """The folder the main process writes syncs to (`server.sync_folder`: `sync_dir`, or the folder this process gave
-    the server when it started it); 'merged' needs the server's own."""
-    served = server.served_sync_dir(client.post)
-    if sync_mode == server.MERGED and served is None:
-        field_error(
-            server.FIELD,
-            "'merged' reloads weights only from the server's sync folder, fixed when it starts, and this server has "
-            "none.",
-            f"start it with `grpo-hub vllm-serve` (which fixes one), or with {server_auth.SYNC_DIR_ENV} in its "
-            "environment.",
-        )
-    return server.sync_folder(sync_dir, served, own=server_process.own_sync_dir(client.base_url))
+def sync_folder_for(client, sync_dir: str | None, sync_mode: str):
+    """`server.sync_folder` for `client`'s server: the folder it names, and the one this process gave it if it
+    started it; 'merged' needs the server's own."""
+    own = server_process.own_sync_dir(client.base_url)
+    return server.sync_folder(sync_dir, server.served_sync_dir(client.post), own, sync_mode == server.MERGED)
 
 
 def nccl_reason(requested: str) -> str:

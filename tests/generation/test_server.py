@@ -152,3 +152,13 @@ def test_the_first_lines_name_the_server_the_sync_and_why():
     )
     assert "CUDA is here, so TRL's own sync" in joined[1]
     assert nccl_reason("nccl") == "vllm_server_sync='nccl', TRL's own sync"
+
+
+def test_merged_syncs_need_the_servers_own_sync_folder(tmp_path):
+    """'merged' reloads only from the folder the server fixed at its start: a server without one is refused, naming
+    the field; with one, the folder the run agreed to is the folder."""
+    with pytest.raises(
+        ValueError, match=r"`vllm_server_sync`: 'merged' reloads weights only from the server's sync"
+    ):
+        server.sync_folder(str(tmp_path), None, needs_served=True)
+    assert server.sync_folder(str(tmp_path), str(tmp_path.resolve()), needs_served=True) == tmp_path.resolve()

@@ -92,14 +92,14 @@ def test_the_trainer_takes_the_sync_folder_this_process_gave_its_server_and_no_o
 
     with server_process.LocalServer(stand_in(free_port()), env, tmp_path / "a.log", timeout=30) as server:
         assert server_process.own_sync_dir(f"{server.base_url}/") == env[SYNC_DIR_ENV]
-        assert vllm_setup.sync_folder(client(server.base_url), None, "merged") == folder.resolve()
+        assert vllm_setup.sync_folder_for(client(server.base_url), None, "merged") == folder.resolve()
         another = client(f"http://127.0.0.1:{free_port()}")
         with pytest.raises(ValueError, match="^`vllm_server_sync_dir`: the server names .* this run did not"):
-            vllm_setup.sync_folder(another, None, "merged")
+            vllm_setup.sync_folder_for(another, None, "merged")
     # the user's setting; once stopped, another server may hold the port
-    assert vllm_setup.sync_folder(client(server.base_url), str(folder), "merged") == folder
+    assert vllm_setup.sync_folder_for(client(server.base_url), str(folder), "merged") == folder
     with pytest.raises(ValueError, match="which this run did not choose"):
-        vllm_setup.sync_folder(client(server.base_url), None, "merged")
+        vllm_setup.sync_folder_for(client(server.base_url), None, "merged")
 
 
 def test_server_env_turns_on_dev_mode_runtime_lora_and_the_devices():
