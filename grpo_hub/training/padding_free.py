@@ -130,6 +130,11 @@ class PaddingFreeForward:
                 entropies.append(unpack(outputs.entropy, packed))
         return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
 
+    def log_shares(self, metrics) -> None:
+        """Append `take_shares` to `metrics` (the trainer's metrics of the mode being run), one value per key."""
+        for key, share in self.take_shares().items():
+            metrics[key].append(share)
+
     def take_shares(self) -> dict[str, float]:
         """The shares of the tokens since the last call: padding among those computed (`pad_share`), and with `shared`
         the rows' real tokens not computed (`prompt_share_saved`: repeated prompts)."""
@@ -139,3 +144,14 @@ class PaddingFreeForward:
             shares["padding_free/prompt_share_saved"] = 1 - self.real_tokens / max(self.row_tokens, 1)
         self.real_tokens = self.pad_tokens = self.row_tokens = 0
         return shares
+
+
+def trainer_forward(args, model, ref_model, pad_token_id: int, autocast) -> PaddingFreeForward | None:
+    """The trainer's forward with `args.padding_free` (a GRPOHubConfig; each prompt once with `shared_prompts`), after
+    `check_model` of the policy and of a separate reference model (`ref_model`, or None); None without it."""
+    if not args.padding_free:
+        return None
+    check_model(model, shared=args.shared_prompts)
+    if ref_model is not None:
+        check_model(ref_model, "reference model", shared=args.shared_prompts)
+    return PaddingFreeForward(pad_token_id, autocast, shared=args.shared_prompts)

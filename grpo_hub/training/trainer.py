@@ -25,7 +25,7 @@ from grpo_hub.generation import loss_time_is
 from grpo_hub.generation.is_diagnostics import edit_is_weights
 from grpo_hub.generation.vllm_setup import ServerSettings, building_generation, prepare_vllm
 from grpo_hub.records.model_card import write_run_files
-from grpo_hub.training import filtering, rollout_budget, scored_batch
+from grpo_hub.training import filtering, padding_free, rollout_budget, scored_batch
 from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream, load_stream_state
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.dynamic_sampling import DynamicSampler
@@ -38,7 +38,6 @@ from grpo_hub.training.input_checks import (
 )
 from grpo_hub.training.own_loss import OwnLossSettings, own_loss
 from grpo_hub.training.packing import MicroStepPacker
-from grpo_hub.training.padding_free import PaddingFreeForward, check_model
 from grpo_hub.training.reference import (
     attach_reference_adapter,
     strip_reference_adapter,
@@ -82,14 +81,10 @@ class GRPOHubTrainer(GRPOTrainer):
             datasets={"train_dataset": self.train_dataset}
             | {f"eval_dataset[{k!r}]" if k else "eval_dataset": v for k, v in eval_sets.items()},
         )
-        self._padding_free = None  # packed forwards of the real tokens only (training.padding_free)
-        if args.padding_free:  # with shared_prompts each prompt once for its rows (training.shared_prompts)
-            check_model(self.model, shared=args.shared_prompts)
-            if self.ref_model is not None:
-                check_model(self.ref_model, "reference model", shared=args.shared_prompts)
-            self._padding_free = PaddingFreeForward(
-                self._tokenizer.pad_token_id, self.accelerator.autocast, shared=args.shared_prompts
-            )
+        # packed forwards of the real tokens only, with shared_prompts each prompt once for its rows (training.padding_free)
+        self._padding_free = padding_free.trainer_forward(
+            args, self.model, self.ref_model, self._tokenizer.pad_token_id, self.accelerator.autocast
+        )
         self.add_callback(FiniteGradientsCallback())  # weights never become NaN/inf
         self._reference_callback = attach_reference_adapter(self)  # frozen 'ref' adapter + refresh
         # TRL scores with these while `_calculate_rewards` runs; `reward_funcs` keeps the user's own functions
@@ -422,8 +417,7 @@ class GRPOHubTrainer(GRPOTrainer):
         ):
             loss = self._loss(model, inputs)  # vLLM's IS ratio from its forward, where exact
         if self._padding_free is not None:  # shares of the tokens computed since the last micro-step
-            for key, share in self._padding_free.take_shares().items():
-                self._metrics["train" if self.model.training else "eval"][key].append(share)
+            self._padding_free.log_shares(self._metrics["train" if self.model.training else "eval"])
         return loss
 
     def _loss(self, model, inputs):
