@@ -9,6 +9,7 @@ checkpoint and count on resume.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -18,6 +19,7 @@ import torch
 from transformers import TrainerCallback
 
 from grpo_hub.algos import time_budget
+from grpo_hub.config.lr_schedule import schedule_multiplier
 from grpo_hub.errors import field_message
 from grpo_hub.training.reference import resume_folder
 
@@ -67,6 +69,18 @@ class TimeBudgetCallback(TrainerCallback):
         self.spent = None
         # the upper bound (the length without a budget), the clock at train begin, the scheduler's length
         self._cap = self._started = self._length = None
+
+    @classmethod
+    def from_config(cls, args, device: torch.device, metrics) -> TimeBudgetCallback:
+        """The callback of a GRPOHubConfig's `time_budget_*` fields: its schedule `schedule_multiplier` (transformers'
+        `lr_scheduler_type` with its warmup), the ranks' clocks compared over `device`'s backend (`slowest`)."""
+        return cls(
+            args.time_budget_seconds,
+            args.time_budget_calibration_steps,
+            functools.partial(schedule_multiplier, args),
+            functools.partial(slowest, device=device),
+            metrics,
+        )
 
     def elapsed(self) -> float:
         """Training seconds of the run so far, those before a resumed checkpoint included."""

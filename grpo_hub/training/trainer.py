@@ -19,7 +19,6 @@ from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos.loss_denominator import batch_counts, micro_batch_denominator
 from grpo_hub.config import features
 from grpo_hub.config.hub_config import GRPOHubConfig
-from grpo_hub.config.lr_schedule import schedule_multiplier
 from grpo_hub.config.vllm_checks import is_path_line, scoring_forward_reason, uses_sampler_logprobs
 from grpo_hub.generation import loss_time_is
 from grpo_hub.generation.is_diagnostics import edit_is_weights
@@ -44,7 +43,7 @@ from grpo_hub.training.reference import (
     trained_adapter_name,
 )
 from grpo_hub.training.selective_rollout import SelectiveRollout, checkpointed, signature_columns
-from grpo_hub.training.time_budget import TimeBudgetCallback, slowest
+from grpo_hub.training.time_budget import TimeBudgetCallback
 from grpo_hub.training.turns import TurnCredit
 
 check_trl_seams(GRPOTrainer)
@@ -120,12 +119,8 @@ class GRPOHubTrainer(GRPOTrainer):
         )  # fmt: skip
         self._time_budget = None  # the run's length planned to a wall-clock budget (training.time_budget)
         if features.is_on("time_budget", args):
-            self._time_budget = TimeBudgetCallback(
-                args.time_budget_seconds,
-                args.time_budget_calibration_steps,
-                functools.partial(schedule_multiplier, args),
-                functools.partial(slowest, device=self.accelerator.device),
-                self._metrics["train"],
+            self._time_budget = TimeBudgetCallback.from_config(
+                args, self.accelerator.device, self._metrics["train"]
             )
             self.add_callback(self._time_budget)
         self._turn_credit = None  # per-turn advantages (training.turns)
