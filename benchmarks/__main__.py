@@ -29,6 +29,7 @@ BENCHMARKS = {
     "time_to_accuracy": ["--quick"],
     "scoring_forward": ["--quick"],
     "padding_free": ["--quick"],
+    "pass_at_k": ["--quick"],
 }
 DEVICE_AWARE = ("filtering", "scoring_forward")  # benchmarks whose --device cuda path this runner uses
 

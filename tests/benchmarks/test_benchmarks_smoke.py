@@ -104,3 +104,15 @@ def test_selective_rollout_table(sections):
         assert len(points) == 3 and points[0][1] == "0"
         assert all(0 <= finite(accuracy) <= 1 for accuracy, _ in points)
         assert [int(r) for _, r in points] == sorted(int(r) for _, r in points)
+
+
+def test_pass_at_k_tables(sections):
+    passes, budgets = sections["pass_at_k"].split("A group of b completions sees a right answer")
+    pass_rows, budget_rows = table_rows(passes), table_rows(budgets)
+    assert [row[0] for row in pass_rows] == [row[0] for row in budget_rows] == ["1", "2", "3", "4", "all"]
+    for row in pass_rows:  # --quick: pass@1, pass@8, both outcomes in a group of 8, no right answer in 8
+        assert len(row) == 5 and all(0 <= finite(cell) <= 1 for cell in row[1:])
+        assert finite(row[1]) <= finite(row[2])
+    for row in budget_rows:  # b = 2, 4, 8, then the budget that sees a right answer half the time
+        assert len(row) == 5 and all(0 <= finite(cell) <= 1 for cell in row[1:4])
+        assert [finite(c) for c in row[1:4]] == sorted(finite(c) for c in row[1:4])
