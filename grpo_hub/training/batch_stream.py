@@ -50,6 +50,7 @@ class GenerationBatchStream:
         self.held: tuple[int, int] | None = (
             None  # (epoch, consumed) before the oldest batch read but not trained
         )
+        self.resumed_from: str | None = None  # the checkpoint folder of the last `resume`
 
     def enter(self, iterator: Iterator) -> int:
         """The iterator transformers pulls from next: a new one is the next epoch (after a resume, the saved
@@ -62,6 +63,18 @@ class GenerationBatchStream:
         self.consumed = sum(1 for _ in zip(range(self._skip), iterator, strict=False))
         self._skip = 0
         return self.consumed
+
+    def pull(self, iterator: Iterator, asked: int, get_batch_samples, restore_rng) -> tuple:
+        """One optimizer step's prefetch by transformers from `iterator` (`get_batch_samples()`: its batch samples and
+        item count, returned), counted. When a resumed epoch's consumed items were skipped first (`enter`), the
+        iterator drew from the RNG: `restore_rng(folder)` restores the state saved in the resumed checkpoint, as
+        transformers does after a skip."""
+        skipped = self.enter(iterator)
+        batch_samples, num_items_in_batch = get_batch_samples()
+        self.note_pulled(len(batch_samples), asked)
+        if skipped:
+            restore_rng(self.resumed_from)
+        return batch_samples, num_items_in_batch
 
     def note_pulled(self, pulled: int, asked: int) -> None:
         self.consumed += pulled
@@ -90,6 +103,14 @@ class GenerationBatchStream:
         self.epoch = int(state["epoch"]) + done
         self._skip = 0 if done else int(state["consumed"])
         self._iterator, self.consumed, self.exhausted = None, 0, False
+
+    def resume(self, folder: str, global_step: int) -> tuple[int, int]:
+        """Resume where checkpoint `folder` (of optimizer step `global_step`) saved the stream; returns transformers'
+        resume position: the stream's epoch (the next one if the saved epoch had run out) and no batch to skip,
+        since the stream skips the items the epoch had consumed before transformers' first pull (`pull`)."""
+        self.load_state_dict(load_stream_state(folder, global_step))
+        self.resumed_from = folder
+        return self.epoch, 0
 
 
 def load_stream_state(folder: str, global_step: int) -> dict:

@@ -25,7 +25,7 @@ from grpo_hub.generation.is_diagnostics import edit_is_weights
 from grpo_hub.generation.vllm_setup import ServerSettings, building_generation, prepare_vllm
 from grpo_hub.records.model_card import write_run_files
 from grpo_hub.training import filtering, padding_free, rollout_budget, scored_batch
-from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream, load_stream_state
+from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.dynamic_sampling import DynamicSampler
 from grpo_hub.training.finite_guard import FiniteGradientsCallback
@@ -92,7 +92,6 @@ class GRPOHubTrainer(GRPOTrainer):
         self._scored_rewards = None  # rewards_per_func of the batch being scored (all ranks)
         self._zero_signal_kinds = scored_batch.ZeroSignalKinds(args.zero_signal_eps)  # top/bottom rewards
         self._batch_stream = None  # the epoch read in generation batches, for refills and replacements
-        self._resumed_from = None  # checkpoint whose stream position is being restored
         if args.dynamic_sampling or args.selective_rollout or self._rollouts is not None:
             self._batch_stream = GenerationBatchStream(args.steps_per_generation * self.num_iterations)
             self.add_callback(BatchStreamCallback(self._batch_stream))
@@ -251,26 +250,20 @@ class GRPOHubTrainer(GRPOTrainer):
         """transformers' resume position, except with a batch stream: transformers assumes one generation batch
         per step, so resume at the stream's saved epoch (the next one if it had run out) with no batch to skip;
         the stream skips the items the epoch had consumed (`get_batch_samples`)."""
-        epochs_trained, steps_trained = super()._init_training_state(
+        position = super()._init_training_state(
             max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
         )
         if self._batch_stream is None or self.state.global_step == 0 or self.args.ignore_data_skip:
-            return epochs_trained, steps_trained
-        self._batch_stream.load_state_dict(load_stream_state(resume_from_checkpoint, self.state.global_step))
-        self._resumed_from = resume_from_checkpoint
-        return self._batch_stream.epoch, 0
+            return position
+        return self._batch_stream.resume(resume_from_checkpoint, self.state.global_step)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """transformers' prefetch of one optimizer step; dynamic sampling and selective rollout read more from the
         same iterator, so the stream counts every pull (on resume, it first skips what the saved epoch had read)."""
         if self._batch_stream is None:
             return super().get_batch_samples(epoch_iterator, num_batches, device)
-        skipped = self._batch_stream.enter(epoch_iterator)
-        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        self._batch_stream.note_pulled(len(batch_samples), num_batches)
-        if skipped:  # the epoch iterator drew from the RNG: restore it, as transformers does after a skip
-            self._load_rng_state(self._resumed_from)
-        return batch_samples, num_items_in_batch
+        pull = functools.partial(super().get_batch_samples, epoch_iterator, num_batches, device)
+        return self._batch_stream.pull(epoch_iterator, num_batches, pull, self._load_rng_state)
 
     # --- seam 2: the scored batch ---
     def _generate_and_score_completions(self, inputs):
