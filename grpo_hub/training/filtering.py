@@ -61,6 +61,25 @@ def drop_micro_batch_rows(
     return out
 
 
+def mark_signal_rows(output: dict, zero: torch.Tensor, rank: int) -> None:
+    """Mark this rank's rows of a scored batch (`output`) that belong to groups with signal (`SIGNAL_ROWS`), from
+    `zero`, the zero-signal mask of all ranks' rows; `drop_micro_batch_rows` drops the others after TRL's split."""
+    rows = len(output["advantages"])  # this rank's rows (selective rollout may have shrunk them: fewer)
+    output[SIGNAL_ROWS] = ~zero[rank * rows : (rank + 1) * rows]
+
+
+def drop_from_new_buffer(before: list | None, buffered: list, picked: dict, **wiring) -> tuple[list, dict]:
+    """TRL's buffered micro-batches and the one its `_prepare_inputs` picked from them, without the zero-signal rows
+    when TRL has just shuffled, split and buffered a new generation batch (`buffered` is not `before`) with rows
+    marked (`SIGNAL_ROWS`); unchanged otherwise: the same buffer, or dynamic sampling's batch (its rows were selected
+    before the split). `wiring`: the keyword arguments of `drop_micro_batch_rows`."""
+    if buffered is before or SIGNAL_ROWS not in picked:
+        return buffered, picked
+    position = next(i for i, batch in enumerate(buffered) if batch is picked)
+    buffered = drop_micro_batch_rows(buffered, **wiring)
+    return buffered, buffered[position]
+
+
 def drop_rows(
     output: dict,
     keep: torch.Tensor,

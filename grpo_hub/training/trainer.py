@@ -272,8 +272,7 @@ class GRPOHubTrainer(GRPOTrainer):
         else:
             output, zero = self._score_round(inputs)
             if self.model.training and self.args.filter_zero_signal:  # dropped after TRL's shuffle and split
-                rank, rows = self.accelerator.process_index, len(output["advantages"])  # shrunk: fewer
-                output[filtering.SIGNAL_ROWS] = ~zero[rank * rows : (rank + 1) * rows]
+                filtering.mark_signal_rows(output, zero, self.accelerator.process_index)
         if self.model.training and self._selector is not None:
             self._selector.end_step()  # GRESO adapts its exploration once per optimizer step
         return output
@@ -367,20 +366,14 @@ class GRPOHubTrainer(GRPOTrainer):
 
     def _prepare_filtered(self, generation_batch):
         """TRL's micro-batch; when TRL has just shuffled, split and buffered a new generation batch, the zero-signal
-        rows of each buffered micro-batch are dropped first (`filtering.drop_micro_batch_rows`)."""
-        before = self._buffered_inputs
+        rows of each buffered micro-batch are dropped first (`filtering.drop_from_new_buffer`)."""
+        before, acc = self._buffered_inputs, self.accelerator
         inputs = super()._prepare_inputs(generation_batch)
-        if self._buffered_inputs is before or filtering.SIGNAL_ROWS not in inputs:
-            return inputs  # the same buffer, or dynamic sampling's batch (its rows were selected before the split)
-        position = next(i for i, batch in enumerate(self._buffered_inputs) if batch is inputs)
-        self._buffered_inputs = filtering.drop_micro_batch_rows(
-            self._buffered_inputs,
-            gather=self.accelerator.gather,
-            num_processes=self.accelerator.num_processes,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            metrics=self._metrics["train"],
-        )
-        return self._buffered_inputs[position]  # the micro-batch TRL picked, without its zero-signal rows
+        self._buffered_inputs, inputs = filtering.drop_from_new_buffer(
+            before, self._buffered_inputs, inputs, gather=acc.gather, num_processes=acc.num_processes,
+            pad_to_multiple_of=self.pad_to_multiple_of, metrics=self._metrics["train"],
+        )  # fmt: skip
+        return inputs
 
     # --- seam 3: the loss ---
     def _get_per_token_logps_and_entropies(
