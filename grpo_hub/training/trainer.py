@@ -19,12 +19,10 @@ from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos.loss_denominator import batch_counts, micro_batch_denominator
 from grpo_hub.config import features
 from grpo_hub.config.hub_config import GRPOHubConfig
-from grpo_hub.config.vllm_checks import is_path_line, scoring_forward_reason, uses_sampler_logprobs
 from grpo_hub.generation import loss_time_is
 from grpo_hub.generation.is_diagnostics import edit_is_weights
-from grpo_hub.generation.vllm_setup import ServerSettings, building_generation, prepare_vllm
 from grpo_hub.records.model_card import write_run_files
-from grpo_hub.training import filtering, padding_free, rollout_budget, scored_batch
+from grpo_hub.training import filtering, padding_free, rollout_budget, scored_batch, vllm_wiring
 from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.dynamic_sampling import DynamicSampler
@@ -37,11 +35,7 @@ from grpo_hub.training.input_checks import (
 )
 from grpo_hub.training.own_loss import OwnLossSettings, own_loss
 from grpo_hub.training.packing import MicroStepPacker
-from grpo_hub.training.reference import (
-    attach_reference_adapter,
-    strip_reference_adapter,
-    trained_adapter_name,
-)
+from grpo_hub.training.reference import attach_reference_adapter, strip_reference_adapter
 from grpo_hub.training.selective_rollout import SelectiveRollout, checkpointed, signature_columns
 from grpo_hub.training.time_budget import TimeBudgetCallback
 from grpo_hub.training.turns import TurnCredit
@@ -60,16 +54,19 @@ class GRPOHubTrainer(GRPOTrainer):
             raise ValueError(
                 f"`args` must be a GRPOHubConfig, got {type(args).__name__}; build a GRPOHubConfig."
             )
-        colocate_adapter = features.is_on("vllm_adapter_sync", args) and args.vllm_mode == "colocate"
-        server_sync = args.vllm_server_sync if features.is_on("vllm_server_sync", args) else None
-        with building_generation(
-            args.use_vllm, colocate_adapter, server_sync, model, kwargs.get("peft_config")
-        ):
+        with vllm_wiring.building(args, model, kwargs.get("peft_config")):  # TRL builds its vLLM generation
             super().__init__(model, reward_funcs, args=args, **kwargs)
         # asynchronous rollouts (max_staleness > 0); vLLM's IS ratio from the training forward (where exact)
         self._rollouts = self._loss_time_is = None
-        if args.use_vllm:
-            self._prepare_vllm(colocate_adapter)
+        if args.use_vllm:  # the weight sync, the server checks, the IS ratio's path (training.vllm_wiring)
+            acc, broadcast = self.accelerator, functools.partial(broadcast_object_list, from_process=0)
+            self._rollouts = vllm_wiring.prepare(
+                args, self.model, self.vllm_generation, num_generations=self.num_generations,
+                use_loss_time_is=self._use_loss_time_is, print_line=functools.partial(acc.print, flush=True),
+                add_callback=self.add_callback,
+                collectives=(gather_object, broadcast, acc.process_index, acc.is_main_process),
+                metrics=self._metrics["train"],
+            )  # fmt: skip
         eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
         multi_turn = any(kwargs.get(k) is not None for k in ("tools", "environment_factory", "rollout_func"))
         check_trainer_options(
@@ -126,25 +123,6 @@ class GRPOHubTrainer(GRPOTrainer):
         if args.turn_advantages:
             funcs, names, weights = self.reward_funcs, self.reward_func_names, self.reward_weights
             self._turn_credit = TurnCredit(funcs, names, weights, args.turn_advantages, self._gather)
-
-    def _prepare_vllm(self, colocate_adapter: bool) -> None:
-        """Where vLLM's IS ratio comes from (said once), then `generation.vllm_setup.prepare_vllm`: the weight sync,
-        and in server mode the server checks and the asynchronous rollouts."""
-        args, model, acc = self.args, self.model, self.accelerator
-        if args.vllm_importance_sampling_correction:
-            reason = scoring_forward_reason(args)
-            self._use_loss_time_is(reason is None)
-            acc.print(is_path_line(reason), flush=True)
-        settings = ServerSettings(
-            sync=args.vllm_server_sync, sync_dir=args.vllm_server_sync_dir, max_staleness=args.max_staleness,
-            reads_sampler_logprobs=uses_sampler_logprobs(args), model_name=model.config._name_or_path,
-            adapter=trained_adapter_name(model) if is_peft_model(model) else None, num_generations=self.num_generations,
-        )  # fmt: skip
-        broadcast = functools.partial(broadcast_object_list, from_process=0)
-        self._rollouts = prepare_vllm(
-            self.vllm_generation, settings, colocate_adapter=colocate_adapter, add_callback=self.add_callback,
-            collectives=(gather_object, broadcast, acc.process_index, acc.is_main_process), metrics=self._metrics["train"],
-        )  # fmt: skip
 
     def _is_settings(self) -> dict:
         """TRL's vLLM IS mode and bounds with grpo_hub's pooling (`generation.is_diagnostics.is_settings`)."""
