@@ -92,15 +92,26 @@ class GRPOHubTrainer(GRPOTrainer):
         if args.dynamic_sampling or args.selective_rollout or self._rollouts is not None:
             self._batch_stream = GenerationBatchStream(args.steps_per_generation * self.num_iterations)
             self.add_callback(BatchStreamCallback(self._batch_stream))
-        self._dynamic_sampler = self._make_dynamic_sampler() if args.dynamic_sampling else None
+        acc = self.accelerator  # what the features below share: this rank, the group size, the train metrics
+        wiring = dict(rank=acc.process_index, group_size=self.num_generations, metrics=self._metrics["train"])
+        self._dynamic_sampler = self._selector = self._budgets = None
         self._state_callbacks = []  # features whose state is saved in each checkpoint (training.checkpoint_state)
-        self._selector = self._make_selector() if args.selective_rollout else None
-        self._budgets = None  # per-prompt rollout budgets (training.rollout_budget)
-        if features.is_on("rollout_budget", args):
-            self._budgets = rollout_budget.RolloutBudgets.from_config(
-                args, gather_objects=gather_object, rank=self.accelerator.process_index,
-                group_size=self.num_generations, metrics=self._metrics["train"],
+        if args.dynamic_sampling:  # rounds until enough groups have signal (training.dynamic_sampling)
+            self._dynamic_sampler = DynamicSampler.from_config(
+                args, score_round=self._score_round, gather=self._gather, num_processes=acc.num_processes,
+                pad_to_multiple_of=self.pad_to_multiple_of, pad_token_id=self._tokenizer.pad_token_id,
+                stream=self._batch_stream, **wiring,
             )  # fmt: skip
+        if args.selective_rollout:  # GRESO: skips predicted zero-signal prompts (training.selective_rollout)
+            self._selector = SelectiveRollout.from_config(
+                args, stream=self._batch_stream, gather_objects=gather_object, gather=self._gather,
+                num_processes=acc.num_processes, **wiring,
+            )  # fmt: skip
+            self._state_callbacks.append(checkpointed(self._selector))
+        if features.is_on("rollout_budget", args):  # per-prompt rollout budgets (training.rollout_budget)
+            self._budgets = rollout_budget.RolloutBudgets.from_config(
+                args, gather_objects=gather_object, **wiring
+            )
             self._state_callbacks.append(rollout_budget.checkpointed(self._budgets))
         for callback in self._state_callbacks:
             self.add_callback(callback)
@@ -147,24 +158,6 @@ class GRPOHubTrainer(GRPOTrainer):
             self._last_loaded_step = self.state.global_step
         prompt_ids = lambda rows: self._tokenize_prompts(copy.deepcopy([x["prompt"] for x in rows]))[0]  # noqa: E731
         return self._rollouts.next_batch(inputs, self.state.global_step, self._batch_stream, prompt_ids)
-
-    def _make_dynamic_sampler(self) -> DynamicSampler:
-        acc = self.accelerator
-        return DynamicSampler.from_config(
-            self.args, group_size=self.num_generations, score_round=self._score_round, gather=self._gather,
-            rank=acc.process_index, num_processes=acc.num_processes, pad_to_multiple_of=self.pad_to_multiple_of,
-            pad_token_id=self._tokenizer.pad_token_id, stream=self._batch_stream, metrics=self._metrics["train"],
-        )  # fmt: skip
-
-    def _make_selector(self) -> SelectiveRollout:
-        acc = self.accelerator
-        selector = SelectiveRollout.from_config(
-            self.args, stream=self._batch_stream, gather_objects=gather_object, gather=self._gather,
-            rank=acc.process_index, num_processes=acc.num_processes, group_size=self.num_generations,
-            metrics=self._metrics["train"],
-        )  # fmt: skip
-        self._state_callbacks.append(checkpointed(selector))
-        return selector
 
     def _set_signature_columns_if_needed(self):
         """TRL's kept columns (`remove_unused_columns=True`), plus the selective-rollout id column."""
