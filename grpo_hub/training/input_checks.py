@@ -23,6 +23,7 @@ import torch
 from trl.trainer.utils import is_async_callable
 
 from grpo_hub.config import features
+from grpo_hub.config.hub_config import GRPOHubConfig
 from grpo_hub.errors import field_error
 
 SHOWN_ROWS = 10  # at most this many row indices in a message
@@ -64,6 +65,26 @@ def check_dataset_prompts(datasets: dict) -> None:
                 f"`{name}`: empty prompt at row(s) {_rows_text(rows)}; an empty prompt has no token to generate "
                 "from. Fix: drop or fill those rows (e.g. dataset.filter(lambda row: len(row['prompt']) > 0))."
             )
+
+
+def checked_args(model, args) -> GRPOHubConfig:
+    """The trainer's `args`: when None, TRL's default config named after `model` (a GRPOHubConfig); anything but a
+    GRPOHubConfig raises."""
+    if args is None:
+        name = model if isinstance(model, str) else model.config._name_or_path
+        args = GRPOHubConfig(f"{name.split('/')[-1]}-GRPO")
+    if not isinstance(args, GRPOHubConfig):
+        raise ValueError(f"`args` must be a GRPOHubConfig, got {type(args).__name__}; build a GRPOHubConfig.")
+    return args
+
+
+def named_datasets(train_dataset, eval_dataset) -> dict:
+    """The trainer's datasets by the names `check_dataset_prompts` gives them: `train_dataset`, `eval_dataset` or, for
+    a dict of eval datasets, `eval_dataset[name]` each."""
+    eval_sets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
+    return {"train_dataset": train_dataset} | {
+        f"eval_dataset[{k!r}]" if k else "eval_dataset": v for k, v in eval_sets.items()
+    }
 
 
 def check_batch_prompts(inputs: list[dict], environment_prompts: bool = False) -> None:

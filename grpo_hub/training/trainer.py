@@ -31,7 +31,9 @@ from grpo_hub.training.input_checks import (
     check_batch_prompts,
     check_rewards_finite,
     check_trainer_options,
+    checked_args,
     checked_reward_funcs,
+    named_datasets,
 )
 from grpo_hub.training.own_loss import OwnLossSettings, own_loss
 from grpo_hub.training.packing import MicroStepPacker
@@ -47,13 +49,7 @@ class GRPOHubTrainer(GRPOTrainer):
     """`trl.GRPOTrainer` that also honours every `GRPOHubConfig` field; with defaults it is TRL's trainer."""
 
     def __init__(self, model, reward_funcs=None, args: GRPOHubConfig | None = None, **kwargs):
-        if args is None:
-            name = model if isinstance(model, str) else model.config._name_or_path
-            args = GRPOHubConfig(f"{name.split('/')[-1]}-GRPO")
-        if not isinstance(args, GRPOHubConfig):
-            raise ValueError(
-                f"`args` must be a GRPOHubConfig, got {type(args).__name__}; build a GRPOHubConfig."
-            )
+        args = checked_args(model, args)  # None: TRL's default, as a GRPOHubConfig
         with vllm_wiring.building(args, model, kwargs.get("peft_config")):  # TRL builds its vLLM generation
             super().__init__(model, reward_funcs, args=args, **kwargs)
         # asynchronous rollouts (max_staleness > 0); vLLM's IS ratio from the training forward (where exact)
@@ -67,15 +63,13 @@ class GRPOHubTrainer(GRPOTrainer):
                 collectives=(gather_object, broadcast, acc.process_index, acc.is_main_process),
                 metrics=self._metrics["train"],
             )  # fmt: skip
-        eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
         multi_turn = any(kwargs.get(k) is not None for k in ("tools", "environment_factory", "rollout_func"))
         check_trainer_options(
             args,
             multi_turn=multi_turn,
             is_vlm=self._is_vlm,
             has_reference=self.beta != 0.0 or is_peft_model(self.model),
-            datasets={"train_dataset": self.train_dataset}
-            | {f"eval_dataset[{k!r}]" if k else "eval_dataset": v for k, v in eval_sets.items()},
+            datasets=named_datasets(self.train_dataset, self.eval_dataset),
         )
         # packed forwards of the real tokens only, with shared_prompts each prompt once for its rows (training.padding_free)
         self._padding_free = padding_free.trainer_forward(
