@@ -388,16 +388,11 @@ class GRPOHubTrainer(GRPOTrainer):
     def _loss_denominator(self, inputs, kind, micro_count, filtered=True) -> torch.Tensor:
         """`algos.loss_denominator.micro_batch_denominator` of this micro-batch: `micro_count` is the rows (ROWS) or loss
         tokens its mean ran over; the filtering counts are those `training.filtering` recorded (training only)."""
-        train = self.model.training
-        accumulation = self.current_gradient_accumulation_steps if train else 1  # set by the train loop only
+        train = self.model.training  # the accumulation steps are set by the train loop only
         return micro_batch_denominator(
-            kind,
-            train=train,
-            accumulation_steps=accumulation,
-            num_processes=self.accelerator.num_processes,
-            steps_per_generation=self.args.steps_per_generation,
-            micro_rows=micro_count,
-            micro_tokens=micro_count,
+            kind, train=train, accumulation_steps=self.current_gradient_accumulation_steps if train else 1,
+            num_processes=self.accelerator.num_processes, steps_per_generation=self.args.steps_per_generation,
+            micro_rows=micro_count, micro_tokens=micro_count,
             filtering=self.args.zero_signal_normalizer if filtered and "kept_rows" in inputs else None,
             **batch_counts(inputs),
-        )
+        )  # fmt: skip
