@@ -34,7 +34,12 @@ class RewardTransform:
         self.active = features.any_on(features.EDITS_REWARDS, args)
         self.moments = [adv_fns.RunningMoments() for _ in range(num_funcs)]
 
-    def __call__(self, rewards_per_func: torch.Tensor, training: bool) -> torch.Tensor:
+    def __call__(
+        self, rewards_per_func: torch.Tensor, training: bool, weights: torch.Tensor, metrics
+    ) -> torch.Tensor:
+        """The transformed rewards; the raw reward (the batch's mean of TRL's `weighted_rewards`) is logged first,
+        as `reward_raw` in `metrics` (those of the mode being run)."""
+        metrics["reward_raw"].append(torch.nanmean(weighted_rewards(rewards_per_func, weights)).item())
         columns = [
             adv_fns.transform_rewards(
                 rewards_per_func[:, i], state=moments if training else copy.deepcopy(moments), **self.settings

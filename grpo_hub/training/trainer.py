@@ -201,11 +201,10 @@ class GRPOHubTrainer(GRPOTrainer):
         finally:
             self.reward_funcs = funcs
         check_rewards_finite(rewards_per_func, self.reward_func_names)
-        if self._reward_transform.active:
-            training = self.model.training
-            raw = torch.nanmean(self._weighted_rewards(rewards_per_func)).item()
-            self._metrics["train" if training else "eval"]["reward_raw"].append(raw)
-            rewards_per_func = self._reward_transform(rewards_per_func, training)
+        if self._reward_transform.active:  # reward_clip / reward_norm (training.scored_batch)
+            training, weights = self.model.training, self.reward_weights
+            metrics = self._metrics["train" if training else "eval"]
+            rewards_per_func = self._reward_transform(rewards_per_func, training, weights, metrics)
         self._scored_rewards = rewards_per_func
         return rewards_per_func
 
@@ -258,9 +257,8 @@ class GRPOHubTrainer(GRPOTrainer):
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         if mode == "train" and self._budgets is not None:
             group_size = self._budgets.sizes
-        rank_rows = slice(
-            self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs)
-        )
+        rank, rows = self.accelerator.process_index, len(inputs)
+        rank_rows = slice(rank * rows, (rank + 1) * rows)
         rewards_per_func, self._scored_rewards = self._scored_rewards, None
         rewards = self._weighted_rewards(rewards_per_func)
         if mode == "train" and self._selector is not None:
@@ -276,9 +274,7 @@ class GRPOHubTrainer(GRPOTrainer):
             edit_is_weights(output, self._metrics[mode], self._gather, **self._is_settings())
         everything = self.accelerator.gather(output["advantages"].detach().reshape(-1).float())
         scored_batch.log_advantages(everything, self._metrics[mode])
-        if (
-            mode == "train" and self._budgets is not None
-        ):  # the prompts' history; TRL's group-wise logs, per group
+        if mode == "train" and self._budgets is not None:  # the prompts' history; TRL's logs per group
             self._budgets.record(rewards, everything, self._logs["advantages"])
         self._zero_signal_kinds.log(rewards, group_size, self._metrics[mode])
         zero = adv_fns.zero_signal_mask(rewards, group_size, self.args.zero_signal_eps)
