@@ -200,7 +200,7 @@ INVALID = [
         "padding_free",
         {"padding_free": True, "model_init_kwargs": {"attn_implementation": "flash_attention_2"}},
     ),
-    ("shared_prompts", {"shared_prompts": True}),  # no effect without padding_free
+    ("shared_prompts", {"padding_free": False, "shared_prompts": True}),  # no effect without padding_free
     ("time_budget_seconds", {"time_budget_seconds": -60.0}),
     (
         "time_budget_seconds",
