@@ -26,8 +26,7 @@ from grpo_hub.training.padding_free import (
 from grpo_hub.training.shared_prompts import MASKS
 from tests.training.dynamic.scripted import tool_trainer
 from tests.training.helpers import COMPAT_BASE, StepProbe, allowed, run, trains
-from tests.training.reference.helpers import lora_config
-from tests.training.test_padding_free import (
+from tests.training.packed_models import (
     HYBRIDS,
     WINDOWS,
     assert_same_run,
@@ -37,6 +36,7 @@ from tests.training.test_padding_free import (
     tiny_model,
     varied_lengths,
 )
+from tests.training.reference.helpers import lora_config
 
 # sliding windows for the types padding-free's test runs without one (one sliding layer, one full)
 SHARED_WINDOWS = {

@@ -9,7 +9,7 @@ import torch
 from transformers import SchedulerType, get_scheduler
 from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
 
-from tests.training.test_time_budget import budget_trainer, logged, scripted_clock
+from tests.training.time_budget_helpers import budget_trainer, logged, scripted_clock
 
 LR, FLOOR, PLANNED = 1e-6, 1e-7, 6  # the scripted clock and a 9.5 s budget plan 6 of the 20 steps
 KWARGS = {  # what each schedule needs, with a floor where it has one
