@@ -96,16 +96,18 @@ class Work:
         self.saved = 0
 
 
-def main_job_trainer(recipe: str, padding_free: bool):
+def main_job_trainer(recipe: str, settings: dict):
+    """The main job's trainer with `settings` over its recipe, learning rate 0 and a new batch each repetition (the
+    same for every configuration)."""
     fields, lora = recipe_settings(recipe)
     prompts = fields.pop("num_prompts")
     args = GRPOHubConfig(**{**fields, **QUIET_CPU_RUN, "output_dir": tempfile.mkdtemp(), "learning_rate": 0.0,
-                            "max_steps": 1, "padding_free": padding_free})  # fmt: skip
+                            "max_steps": 1, **settings})  # fmt: skip
     scorer = SimpleNamespace(reward=chain.chain_correctness_reward, attach=lambda trainer: None)  # no meter
     trainer = chain_trainer(args, scorer, lora, prompts, seed=0)
     score, drawn = trainer._generate_and_score_completions, [0]
 
-    def reseeded(*args, **kwargs):  # a new batch every repetition, the same for both configurations
+    def reseeded(*args, **kwargs):
         drawn[0] += 1
         torch.manual_seed(1000 + drawn[0])
         return score(*args, **kwargs)
@@ -115,7 +117,7 @@ def main_job_trainer(recipe: str, padding_free: bool):
 
 
 def measure_main_job(reps: int, threads: int, recipe: str = RECIPE) -> list[list[str]]:
-    trainers = {name: main_job_trainer(recipe, on) for name, on in CONFIGS.items()}
+    trainers = {name: main_job_trainer(recipe, {"padding_free": on}) for name, on in CONFIGS.items()}
     work = {name: Work(trainer.model) for name, trainer in trainers.items()}
     real = {name: [0] for name in trainers}
     for name, trainer in trainers.items():  # the real tokens of each training micro-batch

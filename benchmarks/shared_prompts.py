@@ -24,18 +24,21 @@ step's peak memory); prompt-heavy also the largest log-prob difference to the pa
 import argparse
 import os
 import statistics
-import tempfile
 import time
 from contextlib import nullcontext
-from types import SimpleNamespace
 
 import torch
 
-from benchmarks.common import QUIET_CPU_RUN, interleaved_times, print_table, ratio_spread
-from benchmarks.padding_free import MIB, RECIPE, PeakMemory, Work, forward_backward, long_tail_model
-from benchmarks.tta_harness import chain_trainer, recipe_settings
-from grpo_hub import GRPOHubConfig
-from grpo_hub.tasks import chain
+from benchmarks.common import interleaved_times, print_table, ratio_spread
+from benchmarks.padding_free import (
+    MIB,
+    RECIPE,
+    PeakMemory,
+    Work,
+    forward_backward,
+    long_tail_model,
+    main_job_trainer,
+)
 from grpo_hub.training.padding_free import PaddingFreeForward
 
 CONFIGS = {
@@ -53,24 +56,6 @@ def ratios(times: dict[str, list[float]], name: str) -> list[str]:
         spread = ratio_spread(times[name], times[baseline])
         cells.append(f"{spread.median:.3f} ({spread.low:.3f}-{spread.high:.3f})")
     return cells
-
-
-def main_job_trainer(recipe: str, settings: dict):
-    fields, lora = recipe_settings(recipe)
-    prompts = fields.pop("num_prompts")
-    args = GRPOHubConfig(**{**fields, **QUIET_CPU_RUN, "output_dir": tempfile.mkdtemp(), "learning_rate": 0.0,
-                            "max_steps": 1, **settings})  # fmt: skip
-    scorer = SimpleNamespace(reward=chain.chain_correctness_reward, attach=lambda trainer: None)
-    trainer = chain_trainer(args, scorer, lora, prompts, seed=0)
-    score, drawn = trainer._generate_and_score_completions, [0]
-
-    def reseeded(*args, **kwargs):  # a new batch every repetition, the same for every configuration
-        drawn[0] += 1
-        torch.manual_seed(1000 + drawn[0])
-        return score(*args, **kwargs)
-
-    trainer._generate_and_score_completions = reseeded
-    return trainer
 
 
 def measure_main_job(reps: int, threads: int, recipe: str = RECIPE) -> list[list[str]]:
