@@ -8,6 +8,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_hub.algos.padding_free import ATTENTION
+from tests.training.dynamic.scripted import tool_trainer
+from tests.training.helpers import StepProbe
 
 EOS_BIAS = (
     6.0  # generation favours the end token: completions of 1-16 tokens, so TRL pads them to the longest
@@ -147,3 +149,15 @@ def peft_model(peft_type: str):
         if parameter.requires_grad:
             parameter.data.normal_(0, 0.3)
     return model
+
+
+def probed_tool_run(tmp_path, model_dir, **settings) -> StepProbe:
+    """Two steps at learning rate 0 of the tool-calling trainer with `settings`; the probe holds its gradients,
+    forwards and scored tokens, and the trainer."""
+    trainer = tool_trainer(tmp_path, model_dir, max_steps=2, learning_rate=0.0, **settings)
+    probe = StepProbe()
+    trainer.add_callback(probe)
+    trainer.model.register_forward_pre_hook(probe.count, with_kwargs=True)
+    trainer.train()
+    probe.trainer = trainer
+    return probe

@@ -16,14 +16,14 @@ from grpo_hub.config import features
 from grpo_hub.training.padding_free import EXACT_MODEL_TYPES, EXACT_PEFT_TYPES, check_model
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import half_signal_dataset, tiny_config
-from tests.training.dynamic.scripted import tool_trainer
-from tests.training.helpers import COMPAT_BASE, StepProbe, allowed, run, trains
+from tests.training.helpers import COMPAT_BASE, allowed, run, trains
 from tests.training.packed_models import (
     HYBRIDS,
     assert_same_run,
     attentions,
     largest_packed_gap,
     peft_model,
+    probed_tool_run,
     tiny_model,
     varied_lengths,
 )
@@ -59,16 +59,7 @@ def test_padding_free_equals_padded_with(tmp_path, tiny_model_dir, name):
 @pytest.mark.slow
 def test_turn_level_ratios_and_advantages_on_tool_rollouts(tmp_path, tiny_model_dir):
     """The tool task's rollouts (tool results inside the completion, tool_mask) with turn-level ratios."""
-    runs = []
-    for padding_free in (False, True):
-        trainer = tool_trainer(tmp_path / str(padding_free), tiny_model_dir, max_steps=2, learning_rate=0.0,
-                               padding_free=padding_free)  # fmt: skip
-        probe = StepProbe()
-        trainer.add_callback(probe)
-        trainer.model.register_forward_pre_hook(probe.count, with_kwargs=True)
-        trainer.train()
-        probe.trainer = trainer
-        runs.append(probe)
+    runs = [probed_tool_run(tmp_path / str(on), tiny_model_dir, padding_free=on) for on in (False, True)]
     assert_same_run(*runs)
 
 

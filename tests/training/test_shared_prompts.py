@@ -24,7 +24,6 @@ from grpo_hub.training.padding_free import (
     check_model,
 )
 from grpo_hub.training.shared_prompts import MASKS
-from tests.training.dynamic.scripted import tool_trainer
 from tests.training.helpers import COMPAT_BASE, StepProbe, allowed, run, trains
 from tests.training.packed_models import (
     HYBRIDS,
@@ -33,6 +32,7 @@ from tests.training.packed_models import (
     attentions,
     numeric_logs,
     peft_model,
+    probed_tool_run,
     tiny_model,
     varied_lengths,
 )
@@ -237,15 +237,8 @@ def test_groups_that_trls_shuffle_splits_over_micro_batches(tmp_path, tiny_model
 def test_tool_rollouts_with_turn_level_ratios(tmp_path, tiny_model_dir):
     """The tool task: tool results inside the completion (tool_mask), turn-level ratios. The prompt is the group's
     one shared prefix; every later turn lies in its row's own branch."""
-    runs = []
-    for i, extra in enumerate(({}, {"padding_free": True}, {"padding_free": True, "shared_prompts": True})):
-        trainer = tool_trainer(tmp_path / str(i), tiny_model_dir, max_steps=2, learning_rate=0.0, **extra)
-        probe = StepProbe()
-        trainer.add_callback(probe)
-        trainer.model.register_forward_pre_hook(probe.count, with_kwargs=True)
-        trainer.train()
-        probe.trainer = trainer
-        runs.append(probe)
+    settings = ({}, {"padding_free": True}, {"padding_free": True, "shared_prompts": True})
+    runs = [probed_tool_run(tmp_path / str(i), tiny_model_dir, **extra) for i, extra in enumerate(settings)]
     assert_shared(*runs)
 
 
