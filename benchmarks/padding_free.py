@@ -116,11 +116,12 @@ def main_job_trainer(recipe: str, settings: dict):
     return trainer
 
 
-def measure_main_job(reps: int, threads: int, recipe: str = RECIPE) -> list[list[str]]:
-    trainers = {name: main_job_trainer(recipe, {"padding_free": on}) for name, on in CONFIGS.items()}
+def metered_times(trainers: dict, reps: int, threads: int):
+    """Interleaved step times of `trainers` (process CPU time on one thread, else wall time), with the real tokens of
+    each training micro-batch, the activations each saves (`Work`) and the work of each step."""
     work = {name: Work(trainer.model) for name, trainer in trainers.items()}
     real = {name: [0] for name in trainers}
-    for name, trainer in trainers.items():  # the real tokens of each training micro-batch
+    for name, trainer in trainers.items():
         loss = trainer._compute_loss
 
         def counted(model, inputs, loss=loss, total=real[name], meter=work[name]):
@@ -132,7 +133,12 @@ def measure_main_job(reps: int, threads: int, recipe: str = RECIPE) -> list[list
         trainer._compute_loss = counted
     clock = time.process_time if threads == 1 else time.perf_counter
     steps = {}
-    times = interleaved_times(trainers, reps, work=steps, clock=clock)
+    return interleaved_times(trainers, reps, work=steps, clock=clock), real, work, steps
+
+
+def measure_main_job(reps: int, threads: int, recipe: str = RECIPE) -> list[list[str]]:
+    trainers = {name: main_job_trainer(recipe, {"padding_free": on}) for name, on in CONFIGS.items()}
+    times, real, work, steps = metered_times(trainers, reps, threads)
     rows = []
     for name in trainers:
         train = [t for t, _ in times[name]]

@@ -29,7 +29,7 @@ from contextlib import nullcontext
 
 import torch
 
-from benchmarks.common import interleaved_times, print_table, ratio_spread
+from benchmarks.common import print_table, ratio_spread
 from benchmarks.padding_free import (
     MIB,
     RECIPE,
@@ -38,6 +38,7 @@ from benchmarks.padding_free import (
     forward_backward,
     long_tail_model,
     main_job_trainer,
+    metered_times,
 )
 from grpo_hub.training.padding_free import PaddingFreeForward
 
@@ -60,21 +61,7 @@ def ratios(times: dict[str, list[float]], name: str) -> list[str]:
 
 def measure_main_job(reps: int, threads: int, recipe: str = RECIPE) -> list[list[str]]:
     trainers = {name: main_job_trainer(recipe, settings) for name, settings in CONFIGS.items()}
-    work = {name: Work(trainer.model) for name, trainer in trainers.items()}
-    real = {name: [0] for name in trainers}
-    for name, trainer in trainers.items():
-        loss = trainer._compute_loss
-
-        def counted(model, inputs, loss=loss, total=real[name], meter=work[name]):
-            total[0] += int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
-            meter.reset_saved()
-            with meter.saving():
-                return loss(model, inputs)
-
-        trainer._compute_loss = counted
-    clock = time.process_time if threads == 1 else time.perf_counter
-    steps = {}
-    times = interleaved_times(trainers, reps, work=steps, clock=clock)
+    times, real, work, steps = metered_times(trainers, reps, threads)
     train = {name: [t for t, _ in times[name]] for name in trainers}
     rows = []
     for name in trainers:
