@@ -38,6 +38,17 @@ def slowest(seconds: float, device: torch.device) -> float:
     return value.item()
 
 
+def schedule_rate(optimizer) -> float:
+    """The learning rate transformers' schedules read (`optimizer.defaults["lr"]`), through the wrappers that have
+    no `defaults` of their own (DeepSpeed's ZeRO optimizers, seen through accelerate's): each keeps the optimizer it
+    wraps as `.optimizer`."""
+    while True:
+        try:
+            return optimizer.defaults["lr"]
+        except AttributeError:
+            optimizer = optimizer.optimizer
+
+
 def set_schedule_length(
     scheduler: torch.optim.lr_scheduler.LambdaLR, multiplier: Callable[[int], float]
 ) -> None:
@@ -134,8 +145,8 @@ class TimeBudgetCallback(TrainerCallback):
         """Rebuild the schedule for the planned length `state.max_steps` when the scheduler has another length (the
         upper bound's at first, then the last plan's); the learning rate of the coming step is set at once."""
         if state.max_steps != self._length:
-            learning_rate = self.scheduler.optimizer.defaults["lr"]  # the rate transformers' schedules read
-            set_schedule_length(self.scheduler, self.schedule(state.max_steps, learning_rate))
+            multiplier = self.schedule(state.max_steps, schedule_rate(self.scheduler.optimizer))
+            set_schedule_length(self.scheduler, multiplier)
             self._length = state.max_steps
 
     def on_optimizer_step(self, args, state, control, **kwargs):

@@ -9,6 +9,7 @@ import torch
 from transformers import SchedulerType, get_scheduler
 from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
 
+from grpo_hub.training.time_budget import schedule_rate
 from tests.training.time_budget_helpers import budget_trainer, logged, scripted_clock
 
 LR, FLOOR, PLANNED = 1e-6, 1e-7, 6  # the scripted clock and a 9.5 s budget plan 6 of the 20 steps
@@ -64,3 +65,20 @@ def test_a_replanned_schedule_ends_at_the_rate_of_its_formula(tmp_path, tiny_mod
     # steps 3-6 run after the plan made at step 2 (the calibration step)
     rates = logged(trainer, "learning_rate")[2:]
     assert rates == pytest.approx(fresh_rates(trainer.args, PLANNED)[2:], rel=1e-6, abs=1e-15)
+
+
+class ZeroOptimizerLike:
+    """What DeepSpeed's ZeRO optimizers expose: the parameter groups and the wrapped optimizer (`.optimizer`), no
+    `defaults` (accelerate's `AcceleratedOptimizer.defaults` then raises AttributeError)."""
+
+    def __init__(self, optimizer):
+        self.optimizer, self.param_groups = optimizer, optimizer.param_groups
+
+
+def test_the_rate_is_read_through_deepspeeds_optimizer_wrappers():
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    inner = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.3)
+    wrapped = AcceleratedOptimizer(ZeroOptimizerLike(inner), device_placement=False)
+    assert schedule_rate(wrapped) == 0.3
+    assert schedule_rate(inner) == 0.3
