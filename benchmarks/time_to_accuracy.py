@@ -63,6 +63,8 @@ CONFIGS = {
         "selective_rollout_revisit_after": None,
         "dynamic_sampling": True,
     },
+    # per-prompt rollout budgets at TRL's completions per step (docs/rollout-budget.md), the level as prior
+    "knapsack": {"rollout_budget": "knapsack", "rollout_budget_column": "level"},
 }  # + "preset": the recommended preset, read from its YAML (PRESET)
 STEP_FREE_SCHEDULES = ("constant", "constant_with_warmup")  # schedules a time budget leaves unchanged
 
@@ -88,7 +90,8 @@ class Meter(TrainerCallback):
         costs=None,
         clock: Callable[[], float] = time.process_time,
     ):
-        self.tokenizer, self.group_size, self.per_level, self.costs = tokenizer, group_size, per_level, costs
+        self.tokenizer, self.per_level, self.costs = tokenizer, per_level, costs
+        self.group_sizes = lambda: group_size  # the trainer's own under rollout_budget (attach)
         self.clock = clock
         grid = [budget * (i + 1) / points for i in range(points)]
         self.grids = {"cpu": list(grid), "gpu": list(grid) if costs else []}
@@ -114,6 +117,9 @@ class Meter(TrainerCallback):
             return out
 
         trainer._generate = timed_generate
+        budgets = getattr(trainer, "_budgets", None)  # rollout_budget: each group its own size
+        if budgets is not None:
+            self.group_sizes = lambda: budgets.sizes
         trainer.add_callback(self)
 
     def reward(self, prompts, completions, answer, completion_ids, **kwargs):
@@ -121,7 +127,7 @@ class Meter(TrainerCallback):
         rewards = chain.chain_correctness_reward(prompts, completions, answer)
         self.rows += len(completions)
         self.tokens += sum(len(ids) for ids in completion_ids)
-        kinds = zero_signal_kinds(torch.tensor(rewards), self.group_size, eps=0.0, low=0.0, high=1.0)
+        kinds = zero_signal_kinds(torch.tensor(rewards), self.group_sizes(), eps=0.0, low=0.0, high=1.0)
         self.groups["total"] += kinds.numel()
         self.groups["all_correct"] += int((kinds == ALL_MAX).sum())
         self.groups["all_wrong"] += int((kinds == ALL_MIN).sum())

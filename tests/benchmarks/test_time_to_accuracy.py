@@ -6,6 +6,7 @@ import json
 import math
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -302,3 +303,16 @@ def test_a_run_is_sampled_at_the_cpu_grid_with_row_weighted_group_shares():
     )  # 9 s and 11 s are nearest to 10
     assert grid[1]["all_wrong"] == pytest.approx((0.5 * 10 + 1.0 * 30) / 40)
     assert grid[2]["all_correct"] == 1.0 and grid[0]["all_wrong"] == 0.0
+
+
+def test_the_group_shares_follow_the_trainers_ragged_groups_under_rollout_budget(monkeypatch):
+    rewards = [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]  # as groups of 2 and 6: all correct, then mixed
+    monkeypatch.setattr(tta.chain, "chain_correctness_reward", lambda prompts, completions, answer: rewards)
+    trainer = SimpleNamespace(
+        _get_per_token_logps_and_entropies=None, _generate=None, add_callback=lambda callback: None,
+        _budgets=SimpleNamespace(sizes=[2, 6]),
+    )  # fmt: skip
+    meter = tta.Meter(tokenizer=None, budget=1.0, points=4, group_size=4, per_level=1)
+    meter.attach(trainer)
+    meter.reward(["p"] * 8, ["c"] * 8, ["a"] * 8, completion_ids=[[1]] * 8)
+    assert meter.groups == {"all_correct": 1, "all_wrong": 0, "total": 2}
