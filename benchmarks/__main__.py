@@ -30,8 +30,13 @@ BENCHMARKS = {
     "scoring_forward": ["--quick"],
     "padding_free": ["--quick"],
     "pass_at_k": ["--quick"],
+    "shared_prompts": ["--quick"],
 }
-DEVICE_AWARE = ("filtering", "scoring_forward")  # benchmarks whose --device cuda path this runner uses
+DEVICE_AWARE = (
+    "filtering",
+    "scoring_forward",
+    "shared_prompts",
+)  # benchmarks whose --device cuda path this runner uses
 
 
 def machine_line() -> str:

@@ -13,12 +13,16 @@ main job      the LoRA main job (`recipes/configs/chain.yaml`: chain model, 8 pr
               rate 0 (torch reseeded before each generation: the same rollouts in the three), one step per repetition,
               interleaved. Train part = the step minus generation and rewards (forward, backward, optimizer step).
 
+`--device cuda`: the prompt-heavy shape only, at the full size (24 layers, Qwen2.5's vocabulary), bf16, synchronized
+wall seconds, the allocator's peak memory and the GPU kernels' seconds over the wall seconds of one forward + backward.
+
 Printed per configuration: median seconds and the paired ratios to the padded and the padding-free forward (median,
 min, max), tokens computed per micro-step (with the padding or the bins' tails) and their ratio to the rows' real
 tokens (below 1: repeated prompts not computed), and the activations autograd saves for the backward (MiB; parameters left out: a deterministic stand-in for a CPU
 step's peak memory); prompt-heavy also the largest log-prob difference to the padded forward.
 
     python -m benchmarks.shared_prompts [--reps 3] [--threads 1|2] [--skip-main-job] [--skip-prompt-heavy] [--quick]
+    python -m benchmarks.shared_prompts --device cuda --reps 10
 """
 
 import argparse
@@ -29,13 +33,14 @@ from contextlib import nullcontext
 
 import torch
 
-from benchmarks.common import print_table, ratio_spread
+from benchmarks.common import DEVICES, QWEN25_05B_CONFIG, check_device, print_table, ratio_spread
 from benchmarks.padding_free import (
     MIB,
     RECIPE,
     PeakMemory,
     Work,
     forward_backward,
+    gpu_busy,
     long_tail_model,
     main_job_trainer,
     metered_times,
@@ -93,13 +98,16 @@ def prompt_heavy_batch(
 
 
 def measure_prompt_heavy(reps: int, prompts: int, group: int, prompt_tokens: int, max_completion: int,
-                         layers: int, vocab: int = 32768) -> list[list[str]]:  # fmt: skip
+                         layers: int, vocab: int = 32768, device: str = "cpu",
+                         dtype: torch.dtype = torch.float32) -> list[list[str]]:  # fmt: skip
     """The three forwards, fwd + bwd, interleaved (the order rotated each repetition); the first batch warms up and
-    gives the largest log-prob difference to the padded forward."""
-    model = long_tail_model(layers, vocab, "cpu", torch.float32)
+    gives the largest log-prob difference to the padded forward. On CUDA: synchronized wall seconds, and the GPU
+    kernels' share of one more forward + backward (`gpu_busy`)."""
+    model = long_tail_model(layers, vocab, device, dtype)
     generator = torch.Generator().manual_seed(0)
     batches = [prompt_heavy_batch(prompts, group, prompt_tokens, max_completion, generator, vocab)
                for _ in range(reps + 1)]  # fmt: skip
+    batches = [(ids.to(device), mask.to(device), keep) for ids, mask, keep in batches]
 
     def padded(ids, mask, keep):
         labels = ids.masked_fill(mask == 0, -100)
@@ -114,29 +122,34 @@ def measure_prompt_heavy(reps: int, prompts: int, group: int, prompt_tokens: int
     runs = {"padded (TRL)": padded, "padding-free": packed(False), "shared prompts": packed(True)}
     times, tokens, peak, logps = ({name: [] for name in runs}, dict.fromkeys(runs, 0), {}, {})
     work = Work(model)
-    memory = PeakMemory("cpu", work)
+    memory = PeakMemory(device, work)
+    clock = time.process_time if device == "cpu" else time.perf_counter
     for rep, (ids, mask, keep) in enumerate(batches):
         names = list(runs)[rep % 3 :] + list(runs)[: rep % 3]
         for name in names:
             model.zero_grad()
             work.tokens = 0
             with memory.measuring():
-                start = time.process_time()
+                start = clock()
                 out = forward_backward(runs[name], ids, mask, keep)
-                elapsed = time.process_time() - start
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                elapsed = clock() - start
             if rep:
                 times[name].append(elapsed)
                 tokens[name] += work.tokens
                 peak[name] = max(peak.get(name, 0), memory.peak())
             else:
-                logps[name] = out.detach()[mask[:, -keep:].bool()]
+                logps[name] = out.detach().float()[mask[:, -keep:].bool()]
     real = sum(int(mask.sum()) for _, mask, _ in batches[1:])
+    ids, mask, keep = batches[-1]
+    busy = {name: gpu_busy(run, ids, mask, keep) if device == "cuda" else "-" for name, run in runs.items()}
     table = []
     for name in runs:
         gap = (logps[name] - logps["padded (TRL)"]).abs().max().item()
         table.append([
             name, f"{statistics.median(times[name]):.3f}", *ratios(times, name), f"{tokens[name] / reps:,.0f}",
-            f"{tokens[name] / real:.2f}", f"{peak[name] / MIB:,.1f}", f"{gap:.1e}",
+            f"{tokens[name] / real:.2f}", f"{peak[name] / MIB:,.1f}", f"{gap:.1e}", busy[name],
         ])  # fmt: skip
     return table
 
@@ -146,6 +159,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="cuda: the prompt-heavy shape only, bf16, full size (24 layers, Qwen2.5's vocabulary)")  # fmt: skip
     parser.add_argument("--threads", type=int, choices=(1, 2), default=1, help="main job: threads")
     parser.add_argument("--recipe", default=RECIPE, help="main job: the recipe YAML whose step is measured")
     parser.add_argument("--prompts", type=int, default=1, help="prompt-heavy: prompts in the micro-batch")
@@ -161,19 +176,33 @@ def main() -> None:
     cli = parser.parse_args()
     if cli.quick:
         cli.reps, cli.layers, cli.prompt_tokens, cli.max_completion = 1, 1, 64, 32
-    if cli.threads == 1:
+    cuda = cli.device == "cuda"
+    vocab, dtype = 32768, torch.float32
+    if cuda:
+        check_device("cuda")
+        cli.layers, vocab, dtype = (
+            QWEN25_05B_CONFIG["num_hidden_layers"],
+            QWEN25_05B_CONFIG["vocab_size"],
+            torch.bfloat16,
+        )
+    elif cli.threads == 1:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     torch.set_num_threads(cli.threads)
     if not cli.skip_prompt_heavy:
         torch.set_num_threads(1)
         print(f"## Prompt-heavy: {cli.prompts} prompt(s) of {cli.prompt_tokens} tokens x {cli.group} completions of up "
-              f"to {cli.max_completion} tokens (mean 40 %), {cli.layers} Qwen2.5-0.5B-shaped layers, LoRA r 16, fp32, "
-              f"one thread, {cli.reps} repetitions\n")  # fmt: skip
-        header = [*HEADER, "max log-prob gap"]
+              f"to {cli.max_completion} tokens (mean 40 %), {cli.layers} Qwen2.5-0.5B-shaped layers, vocabulary "
+              f"{vocab:,}, LoRA r 16, {dtype}, {cli.device}, {cli.reps} repetitions\n")  # fmt: skip
+        header = [
+            *HEADER[:-1],
+            "peak MiB" if cuda else "saved MiB",
+            "max log-prob gap",
+            "GPU kernels s / wall s",
+        ]
         print_table(header, measure_prompt_heavy(cli.reps, cli.prompts, cli.group, cli.prompt_tokens,
-                                                 cli.max_completion, cli.layers))  # fmt: skip
+                                                 cli.max_completion, cli.layers, vocab, cli.device, dtype))  # fmt: skip
         torch.set_num_threads(cli.threads)
-    if not cli.skip_main_job:
+    if not cli.skip_main_job and not cuda:
         print(f"\n## Main job ({cli.recipe}), one step per repetition, {cli.reps} repetitions, {cli.threads} "
               f"thread(s)\n")  # fmt: skip
         print_table(HEADER, measure_main_job(cli.reps, cli.threads, cli.recipe))

@@ -88,6 +88,18 @@ def test_other_benchmarks_print_finite_ratios(sections, name):
     assert all(math.isfinite(float(n)) for n in numbers)
 
 
+def test_shared_prompts_tables(sections):
+    """Both shapes print the three forwards; shared prompts compute fewer tokens per real token (a count)."""
+    tables = sections["shared_prompts"].split("## Main job")
+    assert len(tables) == 2
+    for table in tables:
+        rows = {row[0]: row for row in table_rows(table)}
+        assert set(rows) == {"padded (TRL)", "padding-free", "shared prompts"}
+        for row in rows.values():
+            assert all(finite(cell.split()[0].replace(",", "")) > 0 for cell in row[1:7])
+        assert finite(rows["shared prompts"][5]) < finite(rows["padding-free"][5])
+
+
 def test_selective_rollout_table(sections):
     summary, curves = sections["selective_rollout"].split("Held-out accuracy over training")
     rows = {row[0]: row[1:] for row in table_rows(summary)}
