@@ -31,6 +31,7 @@ BENCHMARKS = {
     "padding_free": ["--quick"],
     "pass_at_k": ["--quick"],
     "shared_prompts": ["--quick"],
+    "rollout_budget": ["--quick"],
 }
 DEVICE_AWARE = (
     "filtering",

@@ -100,6 +100,18 @@ def test_shared_prompts_tables(sections):
         assert finite(rows["shared prompts"][5]) < finite(rows["padding-free"][5])
 
 
+def test_rollout_budget_table(sections):
+    """Both steps generate the batch's rows; uniform budgets are num_generations each, knapsack's within bounds."""
+    rows = {row[0]: row for row in table_rows(sections["rollout_budget"])}
+    assert set(rows) == {"uniform (TRL)", "knapsack"}
+    for row in rows.values():
+        assert all(finite(cell.split()[0].replace(",", "")) > 0 for cell in row[1:9])
+        assert row[7] == "64"
+    assert rows["uniform (TRL)"][10] == "8-8" and finite(rows["uniform (TRL)"][9]) == 0
+    low, high = map(int, rows["knapsack"][10].split("-"))
+    assert 2 <= low <= 8 <= high <= 32
+
+
 def test_selective_rollout_table(sections):
     summary, curves = sections["selective_rollout"].split("Held-out accuracy over training")
     rows = {row[0]: row[1:] for row in table_rows(summary)}
