@@ -32,6 +32,7 @@ STORED = {
     "async-wall-clock-time-budget": "async_wall_clock",
     "time-to-accuracy": "time_to_accuracy",
     "time-to-accuracy-gpu": "time_to_accuracy",
+    "time-to-accuracy-knapsack": "time_to_accuracy",
     "time-to-accuracy-padding-free": "time_to_accuracy",
 }
 
