@@ -168,6 +168,15 @@ def long_tail_batch(rows: int, max_completion: int, generator: torch.Generator, 
     return ids, mask, width_c
 
 
+def model_size(device: str, layers: int) -> tuple[int, int, torch.dtype]:
+    """(layers, vocabulary, dtype) of `long_tail_model` on `device`: on CUDA (checked) the full Qwen2.5-0.5B in bf16,
+    else `layers` layers, a 32,768-token vocabulary, fp32."""
+    if device == "cuda":
+        check_device("cuda")
+        return QWEN25_05B_CONFIG["num_hidden_layers"], QWEN25_05B_CONFIG["vocab_size"], torch.bfloat16
+    return layers, 32768, torch.float32
+
+
 def long_tail_model(layers: int, vocab: int, device: str, dtype: torch.dtype):
     """The Qwen2.5-0.5B layer shape with `layers` layers and a `vocab`-token vocabulary, random weights (seed 0) in
     `dtype` on `device`, TRL's fused LM head, LoRA r 16 on every linear layer."""
@@ -314,15 +323,8 @@ def main() -> None:
     if cli.quick:
         cli.reps, cli.rows, cli.max_completion, cli.layers = 2, 4, 64, 1
     cuda = cli.device == "cuda"
-    if cuda:
-        check_device("cuda")
-        cli.layers, vocab, dtype = (
-            QWEN25_05B_CONFIG["num_hidden_layers"],
-            QWEN25_05B_CONFIG["vocab_size"],
-            torch.bfloat16,
-        )
-    else:
-        vocab, dtype = 32768, torch.float32
+    cli.layers, vocab, dtype = model_size(cli.device, cli.layers)
+    if not cuda:
         if cli.threads == 1:
             os.sched_setaffinity(0, {0})
         torch.set_num_threads(cli.threads)

@@ -33,7 +33,7 @@ from contextlib import nullcontext
 
 import torch
 
-from benchmarks.common import DEVICES, QWEN25_05B_CONFIG, check_device, print_table, ratio_spread
+from benchmarks.common import DEVICES, print_table, ratio_spread
 from benchmarks.padding_free import (
     MIB,
     RECIPE,
@@ -44,6 +44,7 @@ from benchmarks.padding_free import (
     long_tail_model,
     main_job_trainer,
     metered_times,
+    model_size,
 )
 from grpo_hub.training.padding_free import PaddingFreeForward
 
@@ -177,15 +178,8 @@ def main() -> None:
     if cli.quick:
         cli.reps, cli.layers, cli.prompt_tokens, cli.max_completion = 1, 1, 64, 32
     cuda = cli.device == "cuda"
-    vocab, dtype = 32768, torch.float32
-    if cuda:
-        check_device("cuda")
-        cli.layers, vocab, dtype = (
-            QWEN25_05B_CONFIG["num_hidden_layers"],
-            QWEN25_05B_CONFIG["vocab_size"],
-            torch.bfloat16,
-        )
-    elif cli.threads == 1:
+    cli.layers, vocab, dtype = model_size(cli.device, cli.layers)
+    if not cuda and cli.threads == 1:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     torch.set_num_threads(cli.threads)
     if not cli.skip_prompt_heavy:
