@@ -10,7 +10,7 @@
 #   python -m benchmarks.time_to_accuracy --merge DIR/tta-*.json
 #
 #   bash benchmarks/gpu_round3.sh DIR TAR     # from the repo root; ~9 min on an H100 with the defaults
-#   DEVICE=cpu TTA_BUDGET=4 TTA_SEEDS=0 QUICK=--quick bash benchmarks/gpu_round3.sh DIR TAR   # a smoke run on a CPU
+#   DEVICE=cpu TTA_SEEDS=0 QUICK=--quick bash benchmarks/gpu_round3.sh DIR TAR   # a smoke run on a CPU (~1 min)
 set -uo pipefail
 dir=${1:?usage: gpu_round3.sh DIR TAR}
 tar_path=${2:?usage: gpu_round3.sh DIR TAR}
@@ -37,6 +37,6 @@ stamp "rollout_budget exit $?"; pack
 
 for seed in $TTA_SEEDS; do
   timeout $((2 * TTA_BUDGET + 120)) python3 -m benchmarks.time_to_accuracy --device "$DEVICE" --configs trl,preset \
-    --seed-list "$seed" --budget "$TTA_BUDGET" --json "$dir/tta-$seed.json" >"$dir/tta-$seed.txt" 2>&1
+    --seed-list "$seed" --budget "$TTA_BUDGET" $QUICK --json "$dir/tta-$seed.json" >"$dir/tta-$seed.txt" 2>&1
   stamp "time_to_accuracy seed $seed exit $?"; pack
 done
