@@ -11,11 +11,7 @@
 #
 #   bash benchmarks/gpu_figures.sh DIR TAR     # from the repo root; wheels of ../shared/gpu/prepare.sh in .whl
 set -uo pipefail
-dir=${1:?usage: gpu_figures.sh DIR TAR}
-tar_path=${2:?usage: gpu_figures.sh DIR TAR}
-mkdir -p "$dir"
-pack() { tar -czf "$tar_path" -C "$dir" .; }
-stamp() { echo "[$(date -u +%T)] $*" | tee -a "$dir/timeline.txt"; }
+source "$(dirname "$0")/gpu_parts.sh"  # dir, tar_path, pack, stamp
 TTA_CONFIGS=${TTA_CONFIGS:-trl preset dynamic}
 TTA_SEEDS=${TTA_SEEDS:-0 1}
 TTA_BUDGET=${TTA_BUDGET:-120}

@@ -12,11 +12,7 @@
 #   bash benchmarks/gpu_round3.sh DIR TAR     # from the repo root; ~9 min on an H100 with the defaults
 #   DEVICE=cpu TTA_SEEDS=0 QUICK=--quick bash benchmarks/gpu_round3.sh DIR TAR   # a smoke run on a CPU (~1 min)
 set -uo pipefail
-dir=${1:?usage: gpu_round3.sh DIR TAR}
-tar_path=${2:?usage: gpu_round3.sh DIR TAR}
-mkdir -p "$dir"
-pack() { tar -czf "$tar_path" -C "$dir" .; }
-stamp() { echo "[$(date -u +%T)] $*" | tee -a "$dir/timeline.txt"; }
+source "$(dirname "$0")/gpu_parts.sh"  # dir, tar_path, pack, stamp
 DEVICE=${DEVICE:-cuda}
 QUICK=${QUICK:-}
 TTA_SEEDS=${TTA_SEEDS:-0 1}
