@@ -30,9 +30,12 @@ def numeric_logs(trainer) -> list[dict]:
     ]
 
 
-def assert_same_run(padded, packed):
+def assert_same_run(padded, packed, every_step_has_signal: bool = True):
+    """`packed` scored fewer tokens than `padded` and equals it: gradients and every logged number. Each step's gradient
+    is non-zero, or (`every_step_has_signal` False) some step's."""
     assert packed.scored_tokens < padded.scored_tokens  # the feature ran: fewer tokens reached the model
-    assert padded.grads and all(g.abs().sum() > 0 for g in padded.grads)
+    nonzero = all if every_step_has_signal else any
+    assert padded.grads and nonzero(g.abs().sum() > 0 for g in padded.grads)
     for a, b in zip(padded.grads, packed.grads, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
     for a, b in zip(numeric_logs(padded.trainer), numeric_logs(packed.trainer), strict=True):
