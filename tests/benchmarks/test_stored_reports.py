@@ -33,6 +33,7 @@ STORED = {
     "time-to-accuracy": "time_to_accuracy",
     "time-to-accuracy-gpu": "time_to_accuracy",
     "time-to-accuracy-knapsack": "time_to_accuracy",
+    "time-to-accuracy-knapsack-preset": "time_to_accuracy",
     "time-to-accuracy-padding-free": "time_to_accuracy",
 }
 
