@@ -66,7 +66,11 @@ CONFIGS = {
     # per-prompt rollout budgets at TRL's completions per step (docs/rollout-budget.md), the level as prior
     "knapsack": {"rollout_budget": "knapsack", "rollout_budget_column": "level"},
     # the same with the preset's padding-free forwards: the preset's other half, budgets in place of selective rollout
-    "knapsack+padding-free": {"rollout_budget": "knapsack", "rollout_budget_column": "level", "padding_free": True},
+    "knapsack+padding-free": {
+        "rollout_budget": "knapsack",
+        "rollout_budget_column": "level",
+        "padding_free": True,
+    },
 }  # + "preset": the recommended preset, read from its YAML (PRESET)
 STEP_FREE_SCHEDULES = ("constant", "constant_with_warmup")  # schedules a time budget leaves unchanged
 
