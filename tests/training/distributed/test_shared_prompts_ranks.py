@@ -2,7 +2,9 @@
 (cpu-zero2.yaml, cpu-zero3.yaml). The shared-prompt forward runs per micro-batch per rank, so every rank groups its
 own rows (2 prompts x 4 completions per rank here); the runs must train the padded runs' weights, losses and grad norms
 to fp32 rounding with fewer tokens computed, for full fine-tuning and LoRA, 3 SGD steps each (the padding-free
-runs' checks: tests/training/distributed/checks.py)."""
+runs' checks: tests/training/distributed/checks.py). With a KL term (beta > 0) the reference log-probs take the
+shared-prompt forward too: a separate reference model (full fine-tuning; under DeepSpeed, its own engine) or the
+adapter switched off (LoRA)."""
 
 import json
 
@@ -11,6 +13,7 @@ from transformers import AutoTokenizer
 
 from grpo_hub.tasks import build_tiny_model
 from tests.conftest import requires
+from tests.helpers import step_logs
 from tests.training.distributed.checks import (
     assert_padding_free_matches,
     assert_two_rank_world,
@@ -21,6 +24,9 @@ from tests.training.distributed.launch import run_accelerate_runs
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 EOS = AutoTokenizer.from_pretrained(build_tiny_model()).eos_token_id
+KL_BETA = (
+    0.5  # large enough that a wrong reference log-prob moves the loss and the gradient past fp32 rounding
+)
 LAUNCHES = {"cpu-ddp.yaml": "MULTI_CPU", "cpu-zero2.yaml": "DEEPSPEED", "cpu-zero3.yaml": "DEEPSPEED"}
 
 
@@ -33,14 +39,23 @@ def runs(request) -> dict:
     configs = {"padded": configs["padded"], "shared": {**configs["padding_free"], "shared_prompts": True}}
     runs = {}
     for name, config in configs.items():
-        base = ["--trainer", "hub", "--scenario", "task", "--max-steps", "3", "--learning-rate", "0.1",
-                "--hub-config", json.dumps(config)]  # fmt: skip
-        runs[name], runs[f"{name}_lora"] = base, [*base, "--lora"]
+        for kl, settings in (("", config), ("_kl", {**config, "beta": KL_BETA})):
+            base = ["--trainer", "hub", "--scenario", "task", "--max-steps", "3", "--learning-rate", "0.1",
+                    "--hub-config", json.dumps(settings)]  # fmt: skip
+            runs[f"{name}{kl}"], runs[f"{name}{kl}_lora"] = base, [*base, "--lora"]
     results = run_accelerate_runs(request.param, "grpo_worker.py", runs)
     return {"kind": LAUNCHES[request.param], **results}
 
 
-@pytest.mark.parametrize("suffix", ["", "_lora"], ids=["full", "lora"])
+@pytest.mark.parametrize(
+    "suffix", ["", "_lora", "_kl", "_kl_lora"], ids=["full", "lora", "kl-full", "kl-lora"]
+)
 def test_shared_prompts_match_the_padded_run_on_two_ranks(runs, suffix):
     assert_two_rank_world(runs[f"shared{suffix}"], runs["kind"])
     assert_padding_free_matches(runs[f"padded{suffix}"], runs[f"shared{suffix}"], steps=3)
+    if "_kl" in suffix:  # the reference log-probs: TRL logs their KL to the policy at every step
+        padded, shared = (
+            [entry["kl"] for entry in step_logs(runs[f"{name}{suffix}"])] for name in ("padded", "shared")
+        )
+        assert abs(padded[0]) < 1e-6 < padded[-1], padded  # step 1 starts at the reference, then leaves it
+        assert shared == pytest.approx(padded, rel=1e-4, abs=1e-7)
