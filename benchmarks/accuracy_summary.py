@@ -3,6 +3,7 @@ GPU clock (`benchmarks.clocks`): targets, times to them and ratios to plain TRL 
 the work done, the curves and the plot. Input: {config: [evaluation points of one run, per seed]}.
 """
 
+import math
 import statistics
 
 from benchmarks import clocks
@@ -120,6 +121,55 @@ def print_sensitivity(results: dict, budget: float) -> None:
                 for f in summary["targets"]
             ]
             print(f"- {name}: " + ", ".join(cells))
+
+
+CLOCK_GOAL = (
+    0.1  # the modeled clock's ratios must lie within this of the measured ones (docs/time-to-accuracy.md)
+)
+SHARE_GRID = [k / 100 for k in range(50, 100)]  # the generation shares the recalibration tries
+
+
+def clock_gaps(summary: dict) -> list[dict]:
+    """Every per-seed ratio to a target that both clocks reached (finite): its configuration, target, seed index,
+    measured ("cpu") and modeled ("gpu") ratio and the gap between them, largest gap first."""
+    gaps = []
+    for name, row in summary["configs"].items():
+        for fraction in summary["targets"]:
+            pairs = zip(
+                row["cpu"][fraction]["ratio_to_trl"], row["gpu"][fraction]["ratio_to_trl"], strict=True
+            )
+            for seed, (measured, modeled) in enumerate(pairs):
+                if None not in (measured, modeled) and math.isfinite(measured) and math.isfinite(modeled):
+                    gap = abs(modeled - measured)
+                    gaps.append({"config": name, "target": fraction, "seed": seed, "gap": gap,
+                                 "measured": measured, "modeled": modeled})  # fmt: skip
+    return sorted(gaps, key=lambda g: -g["gap"])
+
+
+def print_clock_check(results: dict, budget: float, seeds: list[int]) -> None:
+    """For runs measured on a GPU: how far the modeled clock's per-seed ratios lie from the measured ones, at the
+    model's generation share, at plain TRL's measured one, and at the share of `SHARE_GRID` whose largest gap is
+    smallest (the recalibration, when the model's share misses `CLOCK_GOAL`)."""
+    measured_share = summarize(results, budget)["configs"]["trl"]["generation_share"]
+    largest = {share: clock_gaps(summarize(results, budget, share)) for share in SHARE_GRID}
+    best = min(SHARE_GRID, key=lambda share: largest[share][0]["gap"] if largest[share] else math.inf)
+    print(f"\nModeled against measured clock: per-seed ratios to every target (goal: within {CLOCK_GOAL})")
+    for label, share in (
+        ("the model's", clocks.GPU_GENERATION_SHARE),
+        ("plain TRL's measured", measured_share),
+        ("the best of 50-99 %", best),
+    ):
+        gaps = largest.get(share) or clock_gaps(summarize(results, budget, share))
+        if not gaps:
+            print(f"- at {label} share {share:.0%}: no ratio reached on both clocks")
+            continue
+        top = gaps[0]
+        verdict = "within" if top["gap"] <= CLOCK_GOAL else "past"
+        print(
+            f"- at {label} share {share:.0%}: largest gap {top['gap']:.3f} ({verdict} {CLOCK_GOAL}; {top['config']}, "
+            f"{float(top['target']):.0%} target, seed {seeds[top['seed']]}: modeled {top['modeled']:.2f}, measured "
+            f"{top['measured']:.2f}), median gap {statistics.median(g['gap'] for g in gaps):.3f} over {len(gaps)}"
+        )
 
 
 def on_grid(runs: list[dict], budget: float, points: int) -> list[dict]:

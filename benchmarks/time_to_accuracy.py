@@ -36,7 +36,14 @@ from trl import GRPOConfig
 
 from benchmarks import clocks
 from benchmarks import tta_harness as harness
-from benchmarks.accuracy_summary import calibration, plot, print_report, print_sensitivity, summarize
+from benchmarks.accuracy_summary import (
+    calibration,
+    plot,
+    print_clock_check,
+    print_report,
+    print_sensitivity,
+    summarize,
+)
 from benchmarks.common import DEVICES, QUIET_CPU_RUN, check_device, count_trained_rows
 from grpo_hub import GRPOHubConfig
 from grpo_hub.algos.advantages import ALL_MAX, ALL_MIN, zero_signal_kinds
@@ -404,6 +411,8 @@ def main() -> None:
     summary = summarize(results, budget)
     print_report(results, summary, describe(record), measured_clock(record))
     print_sensitivity(results, budget)
+    if measured_on(record) != "cpu":
+        print_clock_check(results, budget, record["seeds"])
     if cli.merge and cli.json:
         harness.store(cli.json, {"run": record, "summary": summary, "points": results})
     if cli.plot:

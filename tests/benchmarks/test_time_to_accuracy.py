@@ -100,8 +100,8 @@ def naive_ratios(results, clock, fraction, share):
     return out
 
 
-def test_summary_ratios_match_a_naive_computation_on_both_clocks():
-    rng = random.Random(1)
+def synthetic_results(rng: random.Random) -> dict:
+    """3 seeds of plain TRL and of a faster and a slower configuration: random rising curves, work linear in time."""
 
     def run(accuracies, rows_per_second):
         return [
@@ -114,6 +114,8 @@ def test_summary_ratios_match_a_naive_computation_on_both_clocks():
                 "micro_steps": 2 * i,
                 "optimizer_steps": i,
                 "generation_seconds": 3.0 * i + 0.1,
+                "all_correct": 0.0,
+                "all_wrong": 0.5,
             }
             for i, a in enumerate(accuracies)
         ]
@@ -121,10 +123,14 @@ def test_summary_ratios_match_a_naive_computation_on_both_clocks():
     def curve():
         return [0.3] + sorted(rng.uniform(0.3, 0.6) for _ in range(8))
 
-    results = {
+    return {
         name: [run(curve(), rate) for _ in range(3)]
         for name, rate in (("trl", 4), ("fast", 2.4), ("slow", 7.2))
     }
+
+
+def test_summary_ratios_match_a_naive_computation_on_both_clocks():
+    results = synthetic_results(random.Random(1))
     for share in (0.7, 0.9):
         summary = accuracy_summary.summarize(results, budget=80.0, share=share)
         for clock in ("cpu", "gpu"):
@@ -137,6 +143,50 @@ def test_summary_ratios_match_a_naive_computation_on_both_clocks():
     # the mean curve reaches its own final mean at the end
     assert row["cpu"]["1.0"]["trl_time_to_target"] == 80.0
     assert row["cpu"]["accuracy_at_budget"] == row["final_accuracy"]
+
+
+def test_the_clock_check_finds_the_largest_gap_between_the_modeled_and_measured_ratios(capsys):
+    """Against the naive ratios: every seed's ratio that both clocks reach, and the largest gap, at each share."""
+    for seed in range(5):
+        results = synthetic_results(random.Random(seed))
+        for share in (0.6, 0.9):
+            gaps = accuracy_summary.clock_gaps(accuracy_summary.summarize(results, budget=80.0, share=share))
+            expected = []
+            for fraction in clocks.TARGET_FRACTIONS:
+                cpu, gpu = (naive_ratios(results, clock, fraction, share) for clock in ("cpu", "gpu"))
+                for name in results:
+                    expected += [abs(b - a) for a, b in zip(cpu[name], gpu[name], strict=True)
+                                 if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]  # fmt: skip
+            assert sorted(g["gap"] for g in gaps) == pytest.approx(sorted(expected))
+            assert gaps[0]["gap"] == max(g["gap"] for g in gaps)
+    accuracy_summary.print_clock_check(results, 80.0, seeds=[7, 8, 9])
+    lines = capsys.readouterr().out.splitlines()[2:]  # after a blank line and the heading
+    assert [line.split(" share ")[0] for line in lines] == [
+        "- at the model's",
+        "- at plain TRL's measured",
+        "- at the best of 50-99 %",
+    ]
+    best_share = lines[2].split(" share ")[1].split("%")[0]
+    largest = {  # the best share's largest gap is the smallest over the grid
+        share: accuracy_summary.clock_gaps(accuracy_summary.summarize(results, 80.0, share))[0]["gap"]
+        for share in accuracy_summary.SHARE_GRID
+    }
+    assert largest[int(best_share) / 100] == min(largest.values())
+    assert f"largest gap {min(largest.values()):.3f}" in lines[2]
+    assert all(any(f"seed {seed}:" in line for seed in (7, 8, 9)) for line in lines)  # the seeds' own numbers
+
+
+def test_only_a_gpu_run_prints_the_clock_check(tmp_path, monkeypatch, capsys):
+    results = synthetic_results(random.Random(2))
+    for device, printed in (("cpu", False), ("NVIDIA H100 80GB HBM3", True)):
+        stored = tmp_path / f"{device}.json"
+        record = {**tta.run_record(80.0, 8, 10, [0, 1, 2], {"trl": None}, device="cpu"), "device": device}
+        stored.write_text(
+            json.dumps({"run": {**record, "configs": {n: {} for n in results}}, "points": results})
+        )
+        monkeypatch.setattr("sys.argv", ["time_to_accuracy", "--merge", str(stored)])
+        tta.main()
+        assert ("Modeled against measured clock" in capsys.readouterr().out) is printed, device
 
 
 @pytest.fixture
