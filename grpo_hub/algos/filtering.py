@@ -71,12 +71,20 @@ def keep_rows(batch: dict, keep: torch.Tensor, num_rows: int, pad_to_multiple_of
     (any row gives a valid forward) with `ZEROED_ON_PAD` tensors set to zero. Values that are not
     row-aligned tensors (scalars such as `num_items_in_batch`) pass through unchanged.
     """
-    num_rows_in = keep.shape[0]
     kept = keep.nonzero().squeeze(1)
     if num_rows < kept.numel():
         raise ValueError(f"num_rows={num_rows} is smaller than the {kept.numel()} kept rows")
     index = torch.cat([kept, kept.new_zeros(num_rows - kept.numel())])
-    is_pad = torch.arange(num_rows, device=keep.device) >= kept.numel()
+    return take_rows(batch, index, kept.numel(), pad_to_multiple_of)
+
+
+def take_rows(
+    batch: dict, index: torch.Tensor, real_rows: int, pad_to_multiple_of: int | None = None
+) -> dict:
+    """`batch`'s rows `index` (B,), in that order, pad columns trimmed; rows from `real_rows` on are pad rows
+    (`ZEROED_ON_PAD` tensors set to zero). Values that are not row-aligned tensors pass through unchanged."""
+    num_rows_in = batch["prompt_ids"].shape[0]
+    is_pad = torch.arange(index.numel(), device=index.device) >= real_rows
     out = {}
     for key, value in batch.items():
         if not (isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == num_rows_in):

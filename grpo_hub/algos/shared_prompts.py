@@ -20,10 +20,13 @@ group's branches, as they would over G copies. Units go into bins with even load
 bin's tail is its own sequence of pad tokens. Pure torch.
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
 
+from grpo_hub.algos.filtering import take_rows
+from grpo_hub.algos.packing import concat_micro_batches
 from grpo_hub.algos.padding_free import IGNORE, PackedRows, balanced_bins, bin_count
 
 TAIL = -1  # `sequence` of a bin's unused tail
@@ -54,6 +57,40 @@ def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_
     rank = torch.empty_like(first)
     rank[first.argsort()] = torch.arange(first.numel(), device=first.device)
     return rank[inverse]
+
+
+def exchange_block(steps_per_generation: int, accumulation_steps: int) -> int:
+    """How many consecutive micro-batches (slots) of TRL's buffered generation batch always train in the same optimizer
+    step: gcd(steps_per_generation, accumulation_steps). Micro-step p trains slot p mod steps_per_generation and an
+    optimizer step ends after micro-steps that are multiples of accumulation_steps (counted from an epoch's start,
+    itself a multiple of steps_per_generation; a resumed run starts on a step's end), so a step's end falls at a slot
+    offset that is a multiple of the gcd: blocks of that many slots never straddle one, on any pass over the buffer.
+    Rows moved only inside a block keep their optimizer step, so a loss that does not depend on which micro-step a
+    row trains in gives the same update."""
+    return math.gcd(steps_per_generation, accumulation_steps)
+
+
+def whole_group_order(groups: torch.Tensor) -> torch.Tensor:
+    """The row order that puts each group's rows next to each other: groups in order of their numbers (`prompt_groups`
+    numbers them by first appearance, so TRL's shuffled group order is kept), a group's rows in their order."""
+    return torch.argsort(groups, stable=True)
+
+
+def whole_group_micro_batches(
+    batches: list[dict], block: int, pad_to_multiple_of: int | None = None
+) -> list[dict]:
+    """TRL's buffered micro-batches (`batches`, in slot order) with the rows of each `block` consecutive ones
+    (`exchange_block`) put in `whole_group_order` of their `prompt_groups`, then split again into micro-batches of
+    the sizes they had, pad columns trimmed: a micro-batch holds whole groups where the sizes allow, instead of the
+    rows TRL's shuffle gave it (about G / k of a group for k micro-batches)."""
+    out = []
+    for start in range(0, len(batches), block):
+        part = batches[start : start + block]
+        rows = concat_micro_batches(part)
+        groups = prompt_groups(rows["prompt_ids"], rows["prompt_mask"], rows["prompt_ids"].shape[1])
+        for index in whole_group_order(groups).split([b["prompt_ids"].shape[0] for b in part]):
+            out.append(take_rows(rows, index, index.numel(), pad_to_multiple_of))
+    return out
 
 
 def pack_groups(

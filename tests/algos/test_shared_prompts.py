@@ -1,14 +1,24 @@
 """Shared-prompt layout (grpo_hub.algos.shared_prompts): rows grouped by their prompt tokens against a naive grouping,
 and, read through the attention mask, every token's view of the bin equal to its padded row's real tokens up to it at
-the row's own positions (with and without a sliding window); labels against TRL's; each prompt placed once."""
+the row's own positions (with and without a sliding window); labels against TRL's; each prompt placed once. Whole
+groups: the exchange block against a micro-step-by-micro-step simulation of TRL's buffer and transformers'
+accumulation, and the re-split buffer against its rows."""
 
+import itertools
 import random
 
 import pytest
 import torch
 
 from grpo_hub.algos.padding_free import IGNORE, unpack
-from grpo_hub.algos.shared_prompts import TAIL, attention_allowed, pack_groups, prompt_groups
+from grpo_hub.algos.shared_prompts import (
+    TAIL,
+    attention_allowed,
+    exchange_block,
+    pack_groups,
+    prompt_groups,
+    whole_group_micro_batches,
+)
 
 
 def grouped_batch(rng, groups=None):
@@ -143,3 +153,99 @@ def test_rows_without_scored_tokens_compute_nothing():
     packed = pack_groups(torch.tensor([[4, 5], [4, 6]]), torch.tensor([[1, 0], [1, 0]]), 1, 8, pad_token_id=0)
     assert packed.real_tokens == 0 and packed.source.numel() == 0 and packed.units == 0
     assert torch.equal(unpack(torch.zeros(1, 0), packed), torch.zeros(2, 1))
+
+
+def optimizer_steps_of_each_pass(
+    spg: int, accum: int, num_iterations: int, epochs: int, batches: int
+) -> list:
+    """Naive: micro-step by micro-step, as TRL and transformers run them. An epoch is `batches` generation batches,
+    each trained `num_iterations` passes of `spg` micro-steps (slot = micro-step mod spg); an optimizer step ends
+    every `accum` micro-steps of an epoch and at its end. Per pass over a buffer: the optimizer step of each slot."""
+    passes, step = [], 0
+    for _ in range(epochs):
+        in_step = 0
+        for _ in range(batches * num_iterations):
+            steps = []
+            for _ in range(spg):
+                steps.append(step)
+                in_step += 1
+                if in_step == accum:
+                    step, in_step = step + 1, 0
+            passes.append(steps)
+        if in_step:  # the epoch's short last step
+            step += 1
+    return passes
+
+
+@pytest.mark.parametrize("num_iterations", [1, 2, 3])
+def test_an_exchange_block_never_straddles_an_optimizer_step_and_is_the_largest_that_does_not(num_iterations):
+    for spg, accum, batches in itertools.product(range(1, 9), range(1, 9), (1, 3, 5)):
+        passes = optimizer_steps_of_each_pass(spg, accum, num_iterations, epochs=3, batches=batches)
+
+        def safe(block, passes=passes, spg=spg):
+            return all(len(set(steps[i : i + block])) == 1 for steps in passes for i in range(0, spg, block))
+
+        block = exchange_block(spg, accum)
+        assert spg % block == 0 and safe(block), (spg, accum, block)
+        larger = [b for b in range(block + 1, spg + 1) if spg % b == 0]
+        if len(passes) * spg >= 2 * spg * accum:  # long enough to see every alignment
+            assert not any(safe(b) for b in larger), (spg, accum, block)
+
+
+def buffer(rng, micro_batches: int, rows_each: int) -> list[dict]:
+    """TRL's buffer: `micro_batches` micro-batches of `rows_each` rows, the shuffled rows of ragged groups; each
+    micro-batch trimmed to its own widths (as after filtering), a per-row advantage and a scalar."""
+    ids, mask, completion_width = grouped_batch(rng, groups=rng.randint(1, 6))
+    while ids.shape[0] < micro_batches * rows_each:
+        ids, mask = torch.cat([ids, ids]), torch.cat([mask, mask])
+    ids, mask = ids[: micro_batches * rows_each], mask[: micro_batches * rows_each]
+    width = ids.shape[1] - completion_width
+    batches = []
+    for k in range(micro_batches):
+        part = slice(k * rows_each, (k + 1) * rows_each)
+        batches.append(
+            {
+                "prompt_ids": ids[part, :width], "prompt_mask": mask[part, :width],
+                "completion_ids": ids[part, width:], "completion_mask": mask[part, width:],
+                "advantages": torch.randn(rows_each), "num_items_in_batch": torch.tensor(7.0),
+            }
+        )  # fmt: skip
+    return batches
+
+
+def row_keys(batch: dict) -> list[tuple]:
+    """Each row as its real prompt tokens, real completion tokens and advantage."""
+    return [
+        (tuple(batch["prompt_ids"][r][batch["prompt_mask"][r].bool()].tolist()),
+         tuple(batch["completion_ids"][r][batch["completion_mask"][r].bool()].tolist()),
+         float(batch["advantages"][r]))
+        for r in range(batch["prompt_ids"].shape[0])
+    ]  # fmt: skip
+
+
+def test_whole_groups_keep_each_blocks_rows_and_sizes_and_put_each_prompts_rows_together():
+    rng = random.Random(3)
+    for _ in range(200):
+        micro_batches, rows_each = rng.choice([(2, 4), (4, 4), (4, 2), (6, 3), (8, 8)])
+        block = rng.choice([b for b in (1, 2, 3, 4, 8) if micro_batches % b == 0])
+        batches = buffer(rng, micro_batches, rows_each)
+        out = whole_group_micro_batches(batches, block)
+        assert [b["prompt_ids"].shape[0] for b in out] == [rows_each] * micro_batches
+        for start in range(0, micro_batches, block):
+            before = [row for b in batches[start : start + block] for row in row_keys(b)]
+            after = [row for b in out[start : start + block] for row in row_keys(b)]
+            assert sorted(after) == sorted(before)  # the block's rows, each once, nothing else
+            prompts = [row[0] for row in after]
+            first_seen = list(dict.fromkeys(row[0] for row in before))
+            assert list(dict.fromkeys(prompts)) == first_seen  # groups in TRL's shuffled order
+            runs = [p for i, p in enumerate(prompts) if i == 0 or prompts[i - 1] != p]
+            assert len(runs) == len(first_seen)  # each prompt's rows next to each other
+            assert [row for row in after if row[0] == first_seen[0]] == [
+                row for row in before if row[0] == first_seen[0]
+            ]  # a group's rows in their order
+        for b in out:
+            assert b["num_items_in_batch"] == 7.0
+            widest = int(b["completion_mask"].sum(dim=1).max())
+            assert bool(b["prompt_mask"][:, 0].any()) and b["completion_mask"].shape[1] == max(
+                widest, 1
+            )  # trimmed
