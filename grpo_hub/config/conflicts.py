@@ -78,7 +78,7 @@ RULES = (
     TagRule(
         F.PACKS_ROWS,
         F.MICRO_BATCH_MEAN,
-        "cannot apply: {second_does}, and packing moves rows between micro-steps.",
+        "cannot apply: {second_does}, and {first_does} moves rows between micro-steps.",
         "leave {first} unset.",
     ),
     TagRule(
@@ -151,13 +151,16 @@ EXCEPTIONS = (
         )
         for own in F.tagged(F.OWN_LOSS)
     ),
-    # a value of loss_type: bnpo divides by the micro-batch's own tokens
-    Conflict(
-        "zero_signal_pack",
-        "loss_type",
-        lambda c: F.is_on("packing", c) and micro_tokens_loss(c),
-        "cannot apply: this loss_type (bnpo) is a token mean over each micro-batch.",
-        "leave zero_signal_pack unset.",
+    # a value of loss_type: bnpo divides by the micro-batch's own tokens, so no row may change micro-step
+    *(
+        Conflict(
+            mover.field,
+            "loss_type",
+            lambda c, mover=mover: mover.is_on(c) and micro_tokens_loss(c),
+            "cannot apply: this loss_type (bnpo) is a token mean over each micro-batch.",
+            f"leave {mover.field} unset.",
+        )
+        for mover in F.tagged(F.PACKS_ROWS)
     ),
     # a value of the loss denominator: with a row mean, filtering rescales the mean, and TRL's bonus with it
     Conflict(

@@ -5,7 +5,15 @@ Rules that involve two features are conflicts (grpo_hub.config.conflicts).
 
 from __future__ import annotations
 
-from grpo_hub.algos import advantages, importance, loss_types, losses, padding_free, selection
+from grpo_hub.algos import (
+    advantages,
+    importance,
+    loss_types,
+    losses,
+    padding_free,
+    selection,
+    shared_prompts,
+)
 from grpo_hub.config.lr_schedule import schedule_multiplier
 from grpo_hub.config.validation import check_choice, check_positive
 from grpo_hub.config.vllm_checks import check_sampler_matches_trainer
@@ -232,6 +240,21 @@ def check_reference_adapter(c) -> None:
         c.sync_ref_model,
         c.ref_adapter_keep,
     )
+
+
+def check_whole_groups(c) -> None:
+    """shared_prompts_whole_groups=True moves rows only inside blocks of micro-batches that always share an
+    optimizer step (`shared_prompts.exchange_block`): with blocks of one micro-batch it would change nothing."""
+    block = shared_prompts.exchange_block(c.steps_per_generation, c.gradient_accumulation_steps)
+    if c.shared_prompts_whole_groups and block == 1:
+        field_error(
+            "shared_prompts_whole_groups",
+            f"has no effect: no two micro-batches of a generation batch are sure to train in one optimizer step "
+            f"(gcd(steps_per_generation={c.steps_per_generation}, gradient_accumulation_steps="
+            f"{c.gradient_accumulation_steps}) = 1), so no row can move to its group's micro-batch.",
+            "leave shared_prompts_whole_groups unset, or use a gradient_accumulation_steps that shares a factor with "
+            "steps_per_generation (unset, steps_per_generation is gradient_accumulation_steps).",
+        )
 
 
 def check_padding_free(c) -> None:

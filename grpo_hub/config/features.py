@@ -216,7 +216,29 @@ FEATURES = (
         lambda c: c.padding_free and c.shared_prompts,
         {"padding_free": True, "shared_prompts": True},
         (FORWARD,),
+        dependents=(
+            Dependents(
+                ("shared_prompts_whole_groups",),
+                "padding_free=True and shared_prompts=True",
+                lambda c: is_on("shared_prompts", c),
+            ),
+        ),
         page="padding-free.md#shared-prompts",
+    ),
+    Feature(
+        "whole_groups",
+        "shared_prompts_whole_groups",
+        lambda c: is_on("shared_prompts", c) and bool(c.shared_prompts_whole_groups),
+        {
+            "padding_free": True,
+            "shared_prompts": True,
+            "shared_prompts_whole_groups": True,
+            "gradient_accumulation_steps": 2,
+        },  # fmt: skip
+        (ROWS,),
+        {PACKS_ROWS: "keeping each prompt's rows together"},
+        checks=(checks.check_whole_groups,),
+        page="padding-free.md#whole-groups",
     ),
     Feature(
         "time_budget",

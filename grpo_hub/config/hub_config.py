@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from grpo_hub.algos import loss_types
+from grpo_hub.algos.shared_prompts import exchange_block
 from grpo_hub.config import features, resolve_and_validate, value_ranges
 from grpo_hub.config.trl_version import check_trl_version
 from grpo_hub.config.validation import check_effect, check_finite, check_type
@@ -179,6 +180,20 @@ class GRPOHubConfig(GRPOConfig):
             "one micro-batch (TRL shuffles a generation batch before splitting it into micro-batches). Models whose "
             "mask it cannot hand over are refused by name when the trainer is built. False: every row computes its "
             "own prompt."
+        },
+    )
+    shared_prompts_whole_groups: bool | None = field(
+        default=None,
+        metadata={
+            "help": "With shared_prompts and several micro-batches per optimizer step: put each prompt's rows "
+            "together in as few micro-batches as their sizes allow, instead of where TRL's shuffle put them (about "
+            "G / k rows of a group in each of k micro-batches, so each micro-batch computed most prompts again). "
+            "Rows move only between micro-batches that always train in the same optimizer step (blocks of "
+            "gcd(steps_per_generation, gradient_accumulation_steps)), so the update is the same up to fp32 rounding "
+            "wherever the loss does not depend on which micro-step a row trains in; the per-micro-batch means TRL "
+            "logs (clip ratios, entropy) are taken over other rows. None: on whenever shared_prompts is on, the "
+            "block holds two or more micro-batches and the loss allows it (not bnpo, not top_entropy_quantile < 1, "
+            "no entropy bonus). True: required (error when it cannot apply). False: TRL's micro-batches."
         },
     )
 
@@ -454,13 +469,14 @@ class GRPOHubConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        """Two phases (grpo_hub.config.resolve_and_validate): resolve presets and implied switches, then validate the resolved
-        config, which validation never changes. Type, finiteness and NaN checks run first, on the values given."""
+        """Two phases (grpo_hub.config.resolve_and_validate): resolve presets and implied switches (what depends on
+        TRL's own resolution, after it), then validate the resolved config, which validation never changes. Type, finiteness and NaN checks run first, on the values given."""
         self.implied_by = {}  # switch -> the switch that turned it on while resolving
         self._check_values()
         explicit = {name for name in EFFECT_NEEDS if getattr(self, name) != DEFAULTS[name]}
         resolve_and_validate.resolve(self)
         super().__post_init__()
+        resolve_and_validate.resolve_after_trl(self)
         check_effect(self, {name: EFFECT_NEEDS[name] for name in explicit}, DEFAULTS)
         resolve_and_validate.validate(self)
 
@@ -491,6 +507,14 @@ class GRPOHubConfig(GRPOConfig):
     def packs_rows(self) -> bool:
         """Whether GRPOHubTrainer packs the kept rows of a filtered batch into fewer micro-steps."""
         return features.is_on("packing", self)
+
+    @property
+    def whole_group_block(self) -> int:
+        """How many buffered micro-batches GRPOHubTrainer re-splits together so each prompt's rows sit together (1: it
+        keeps TRL's micro-batches)."""
+        if not features.is_on("whole_groups", self):
+            return 1
+        return exchange_block(self.steps_per_generation, self.gradient_accumulation_steps)
 
     @property
     def uses_own_loss(self) -> bool:

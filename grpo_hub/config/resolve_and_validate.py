@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 
 from grpo_hub.algos import loss_types
+from grpo_hub.algos.shared_prompts import exchange_block
 from grpo_hub.config import conflicts, features, vllm_checks
 from grpo_hub.config.validation import conflict_error
 from grpo_hub.errors import field_error
@@ -31,6 +32,7 @@ def resolve(c) -> None:
     5. dynamic_sampling -> filter_zero_signal=True (recorded in `implied_by`, so errors name the switch the user set).
     6. zero_signal_pack None -> on when filtering is on and packing is exact (`conflicts.pack_blockers`), else off.
     7. vllm_adapter_sync in server mode -> vllm_server_sync='adapter' when it is 'auto'.
+    8. After TRL's own resolution: `resolve_after_trl`.
     """
     loss = loss_types.REGISTRY.get(c.loss_type)  # an unknown loss_type is refused by validation
     if loss is not None and loss.is_preset:
@@ -83,6 +85,17 @@ def resolve(c) -> None:
         and c.vllm_server_sync == "auto"
     ):
         c.vllm_server_sync = "adapter"
+
+
+def resolve_after_trl(c) -> None:
+    """8. shared_prompts_whole_groups None -> on when shared prompts are on, two or more buffered micro-batches always
+    share an optimizer step (`shared_prompts.exchange_block`, of the steps_per_generation TRL resolves in its own
+    __post_init__, hence after it) and moving rows between them is exact (`conflicts.pack_blockers`), else off."""
+    if features.is_on("shared_prompts", c) and c.shared_prompts_whole_groups is None:
+        block = exchange_block(c.steps_per_generation, c.gradient_accumulation_steps)
+        c.shared_prompts_whole_groups = (
+            block > 1 and c.loss_type in loss_types.REGISTRY and not conflicts.pack_blockers(c)
+        )
 
 
 def apply_vllm_is_preset(config) -> None:

@@ -2,7 +2,7 @@
 
 The seams, in the order TRL 1.16 and transformers call them for one generation batch (full account:
 docs/architecture.md): `get_batch_samples` (the batch stream counts pulls), `training_step` (packing),
-`_prepare_inputs` (TRL scores, shuffles, splits and buffers; filtering drops the marked rows of each micro-batch),
+`_prepare_inputs` (TRL scores, shuffles, splits, buffers; whole groups re-split it; filtering drops marked rows),
 `_generate_and_score_completions` (dynamic sampling's rounds, `_score_round` each: our edits after TRL's scored
 batch), `_calculate_rewards` (checks, clip / norm), `_compute_loss` (TRL's loss rescaled, or `training.own_loss`).
 Every formula lives in `grpo_hub.algos`; the helpers get narrow inputs from here. Nothing here copies TRL code.
@@ -17,6 +17,7 @@ from trl import GRPOTrainer
 
 from grpo_hub.algos import advantages as adv_fns
 from grpo_hub.algos.loss_denominator import batch_counts, micro_batch_denominator
+from grpo_hub.algos.shared_prompts import whole_group_micro_batches
 from grpo_hub.config import features
 from grpo_hub.config.hub_config import GRPOHubConfig
 from grpo_hub.generation import loss_time_is
@@ -120,9 +121,7 @@ class GRPOHubTrainer(GRPOTrainer):
         )  # fmt: skip
         self._time_budget = None  # the run's length planned to a wall-clock budget (training.time_budget)
         if features.is_on("time_budget", args):
-            self._time_budget = TimeBudgetCallback.from_config(
-                args, self.accelerator.device, self._metrics["train"]
-            )
+            self._time_budget = TimeBudgetCallback.from_config(args, acc.device, self._metrics["train"])
             self.add_callback(self._time_budget)
         self._turn_credit = None  # per-turn advantages (training.turns)
         if args.turn_advantages:
@@ -260,7 +259,7 @@ class GRPOHubTrainer(GRPOTrainer):
         rank, rows = self.accelerator.process_index, len(inputs)
         rank_rows = slice(rank * rows, (rank + 1) * rows)
         rewards_per_func, self._scored_rewards = self._scored_rewards, None
-        rewards = self._weighted_rewards(rewards_per_func)
+        rewards = scored_batch.weighted_rewards(rewards_per_func, self.reward_weights)
         if mode == "train" and self._selector is not None:
             self._selector.record(rewards)
         if self.args.recomputes_advantages:
@@ -279,9 +278,6 @@ class GRPOHubTrainer(GRPOTrainer):
         self._zero_signal_kinds.log(rewards, group_size, self._metrics[mode])
         zero = adv_fns.zero_signal_mask(rewards, group_size, self.args.zero_signal_eps)
         return output, zero.to(output["advantages"].device)
-
-    def _weighted_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        return scored_batch.weighted_rewards(rewards_per_func, self.reward_weights)
 
     def _recompute_advantages(self, rewards, output, group_size, rank_rows) -> torch.Tensor:
         """Advantages over all ranks' rows from the (transformed) rewards; returns this rank's slice."""
@@ -314,7 +310,7 @@ class GRPOHubTrainer(GRPOTrainer):
 
     def _prepare_inputs(self, generation_batch):
         if not (self.model.training and self.args.filter_zero_signal):
-            return super()._prepare_inputs(generation_batch)
+            return self._prepare_trl(generation_batch)
         if self._packer is None:
             return self._prepare_filtered(generation_batch)
         if self._packer.take_ready(generation_batch):  # already packed by training_step
@@ -325,11 +321,20 @@ class GRPOHubTrainer(GRPOTrainer):
             lambda: self._step,
         )
 
+    def _prepare_trl(self, generation_batch):
+        """TRL's micro-batch; a buffer TRL has just filled is first re-split with each prompt's rows together."""
+        before, block, pad = self._buffered_inputs, self.args.whole_group_block, self.pad_to_multiple_of
+        inputs = super()._prepare_inputs(generation_batch)
+        if block > 1 and self._buffered_inputs is not before:  # (shared_prompts_whole_groups)
+            self._buffered_inputs = whole_group_micro_batches(self._buffered_inputs, block, pad)
+            inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
+        return inputs
+
     def _prepare_filtered(self, generation_batch):
         """TRL's micro-batch; when TRL has just shuffled, split and buffered a new generation batch, the zero-signal
         rows of each buffered micro-batch are dropped first (`filtering.drop_from_new_buffer`)."""
         before, acc = self._buffered_inputs, self.accelerator
-        inputs = super()._prepare_inputs(generation_batch)
+        inputs = self._prepare_trl(generation_batch)
         self._buffered_inputs, inputs = filtering.drop_from_new_buffer(
             before, self._buffered_inputs, inputs, gather=acc.gather, num_processes=acc.num_processes,
             pad_to_multiple_of=self.pad_to_multiple_of, metrics=self._metrics["train"],
@@ -354,10 +359,11 @@ class GRPOHubTrainer(GRPOTrainer):
         )  # fmt: skip
 
     def _compute_loss(self, model, inputs):
+        in_loss = self._loss_time_is if self.model.training else None
         with loss_time_is.ratio_from_forward(
-            self, inputs, self._loss_time_is if self.model.training else None
-        ):
-            loss = self._loss(model, inputs)  # vLLM's IS ratio from its forward, where exact
+            self, inputs, in_loss
+        ):  # vLLM's IS ratio from its forward, where exact
+            loss = self._loss(model, inputs)
         if self._padding_free is not None:  # shares of the tokens computed since the last micro-step
             self._padding_free.log_shares(self._metrics["train" if self.model.training else "eval"])
         return loss

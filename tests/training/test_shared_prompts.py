@@ -161,13 +161,13 @@ SWITCHES = [
     name
     for name in features.SWITCHES
     if trains(name)
-    and name not in ("padding_free", "shared_prompts")
+    and name not in ("padding_free", "shared_prompts", "whole_groups")  # whole groups: tests at the end
     and allowed({**features.SWITCHES[name].example, "padding_free": True, "shared_prompts": True})
 ]
 
 
 def test_every_trainable_switch_is_checked():
-    assert len(SWITCHES) == len([n for n in features.SWITCHES if trains(n)]) - 2
+    assert len(SWITCHES) == len([n for n in features.SWITCHES if trains(n)]) - 3
 
 
 def assert_shared(padded, packed, shared, every_step_has_signal=True):
@@ -189,9 +189,9 @@ def test_shared_prompts_equal_padded_and_padding_free_with(tmp_path, tiny_model_
     assert_shared(*three_runs(tmp_path, tiny_model_dir, peft, **settings))
 
 
-def three_runs(tmp_path, model_dir, peft=None, **settings) -> list[StepProbe]:
-    """Padded, padding-free and shared-prompt runs of `settings` on the tiny model."""
-    extras = ({}, {"padding_free": True}, {"padding_free": True, "shared_prompts": True})
+def three_runs(tmp_path, model_dir, peft=None, shared=None, **settings) -> list[StepProbe]:
+    """Padded, padding-free and shared-prompt runs of `settings` on the tiny model (the last also with `shared`)."""
+    extras = ({}, {"padding_free": True}, {"padding_free": True, "shared_prompts": True, **(shared or {})})
     return [
         run(tmp_path / str(i), model_dir, peft_config=peft, **settings, **extra)
         for i, extra in enumerate(extras)
@@ -214,11 +214,12 @@ def test_ragged_groups_of_per_prompt_rollout_budgets(tmp_path, tiny_model_dir):
 
 @pytest.mark.slow
 def test_groups_that_trls_shuffle_splits_over_micro_batches(tmp_path, tiny_model_dir):
-    """Two micro-steps per generation batch: TRL shuffles the batch's rows before splitting it, so a micro-batch holds
-    parts of groups in any order; rows are grouped by their prompt tokens within it."""
+    """Two micro-steps per generation batch, in TRL's order: TRL shuffles the batch's rows before splitting it, so a
+    micro-batch holds parts of groups in any order; rows are grouped by their prompt tokens within it."""
     settings = {**COMPAT_BASE, **varied_lengths(tiny_model_dir), "learning_rate": 0.0,
                 "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}  # fmt: skip
-    assert_shared(*three_runs(tmp_path, tiny_model_dir, **settings))
+    trls_order = {"shared_prompts_whole_groups": False}  # (whole groups: the tests below)
+    assert_shared(*three_runs(tmp_path, tiny_model_dir, shared=trls_order, **settings))
 
 
 @pytest.mark.slow
@@ -294,3 +295,65 @@ def test_the_main_jobs_batches_compute_at_most_three_quarters_of_padding_free_to
         trainer.train()
         computed[shared] = counter.tokens
     assert computed[True] <= 0.75 * computed[False], computed
+
+
+# --- whole groups (shared_prompts_whole_groups): each prompt's rows moved into one micro-batch of their step ---
+WHOLE_GROUPS = {
+    **COMPAT_BASE,
+    "per_device_train_batch_size": 4,
+    "gradient_accumulation_steps": 4,
+    "max_steps": 3,
+}
+
+
+def whole_group_runs(tmp_path, model_dir, **settings) -> dict[str, StepProbe]:
+    """TRL's micro-batches (padded), shared prompts on them, and shared prompts on whole groups: 4 micro-batches of 4
+    rows per optimizer step, groups of 4."""
+    shared = {"padding_free": True, "shared_prompts": True}
+    layouts = {"padded": {}, "trl_order": {**shared, "shared_prompts_whole_groups": False}, "whole": shared}
+    return {name: run(tmp_path / name, model_dir, **{**WHOLE_GROUPS, **settings, **extra})
+            for name, extra in layouts.items()}  # fmt: skip
+
+
+def assert_whole_groups(trainer) -> None:
+    """Every micro-batch of the last buffered generation batch holds the rows of one prompt."""
+    for micro_batch in trainer._buffered_inputs:
+        ids, mask = micro_batch["prompt_ids"], micro_batch["prompt_mask"].bool()
+        assert len({tuple(ids[r][mask[r]].tolist()) for r in range(ids.shape[0])}) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo", "cispo"])
+def test_whole_groups_give_trls_gradients_with_fewer_tokens(tmp_path, tiny_model_dir, loss_type):
+    """Same rollouts (learning rate 0): the gradient of every optimizer step is the padded run's and the TRL-order
+    run's, to fp32 rounding; each micro-batch held one prompt's rows, and fewer tokens reached the model."""
+    runs = whole_group_runs(tmp_path, tiny_model_dir, **varied_lengths(tiny_model_dir), learning_rate=0.0,
+                            loss_type=loss_type)  # fmt: skip
+    assert runs["whole"].trainer.args.whole_group_block == 4
+    assert_whole_groups(runs["whole"].trainer)
+    for other in ("padded", "trl_order"):
+        assert runs[other].grads and all(g.abs().sum() > 0 for g in runs[other].grads)
+        for a, b in zip(runs[other].grads, runs["whole"].grads, strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+        losses = [
+            [h["loss"] for h in runs[name].trainer.state.log_history if "loss" in h]
+            for name in (other, "whole")
+        ]
+        assert losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-6)
+    assert runs["whole"].scored_tokens < runs["trl_order"].scored_tokens < runs["padded"].scored_tokens
+
+
+@pytest.mark.slow
+def test_whole_groups_train_trls_parameters(tmp_path, tiny_model_dir):
+    """Learning on (plain SGD, lr 0.1, 3 steps: each step's rollouts come from the weights the step before left), the
+    trained parameters agree with the padded run's to fp32 rounding."""
+    runs = whole_group_runs(tmp_path, tiny_model_dir, **varied_lengths(tiny_model_dir), learning_rate=0.1,
+                            optim="sgd")  # fmt: skip
+    trained = {name: dict(probe.trainer.model.named_parameters()) for name, probe in runs.items()}
+    moved = 0
+    for name, value in trained["padded"].items():
+        torch.testing.assert_close(trained["whole"][name], value, rtol=1e-4, atol=1e-6)
+        moved += not torch.equal(
+            value, AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()[name]
+        )
+    assert moved > 0
