@@ -124,6 +124,12 @@ def micro_tokens_loss(c) -> bool:
     return c.loss_denominator == loss_types.MICRO_TOKENS
 
 
+def moves_rows_exactly(c) -> bool:
+    """Whether moving rows between the micro-steps of one optimizer step leaves the gradient as it is (the default of
+    zero_signal_pack and shared_prompts_whole_groups); an unknown loss_type (refused by validation) counts as no."""
+    return c.loss_type in loss_types.REGISTRY and not pack_blockers(c)
+
+
 def pack_blockers(c) -> list[str]:
     """The fields under which moving rows between micro-steps changes the gradient (zero_signal_pack's default)."""
     blockers = [f.field for f in F.tagged(F.MICRO_BATCH_MEAN) if f.is_on(c)]

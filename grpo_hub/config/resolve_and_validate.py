@@ -30,7 +30,7 @@ def resolve(c) -> None:
     4. vllm_is_preset -> TRL's vLLM IS mode and bounds (`vllm_checks.VLLM_IS_PRESETS`); the bounds are checked
        here, before TRL's own checks read them.
     5. dynamic_sampling -> filter_zero_signal=True (recorded in `implied_by`, so errors name the switch the user set).
-    6. zero_signal_pack None -> on when filtering is on and packing is exact (`conflicts.pack_blockers`), else off.
+    6. zero_signal_pack None -> on when filtering is on and packing is exact (`conflicts.moves_rows_exactly`), else off.
     7. vllm_adapter_sync in server mode -> vllm_server_sync='adapter' when it is 'auto'.
     8. After TRL's own resolution: `resolve_after_trl`.
     """
@@ -77,8 +77,8 @@ def resolve(c) -> None:
     if c.dynamic_sampling and not c.filter_zero_signal:
         c.filter_zero_signal = True
         c.implied_by["filter_zero_signal"] = "dynamic_sampling"
-    if c.filter_zero_signal and c.zero_signal_pack is None and c.loss_type in loss_types.REGISTRY:
-        c.zero_signal_pack = not conflicts.pack_blockers(c)  # (an unknown loss_type is refused by validation)
+    if c.filter_zero_signal and c.zero_signal_pack is None:
+        c.zero_signal_pack = conflicts.moves_rows_exactly(c)
     if (
         features.is_on("vllm_adapter_sync", c)
         and features.is_on("vllm_server_sync", c)
@@ -90,12 +90,10 @@ def resolve(c) -> None:
 def resolve_after_trl(c) -> None:
     """8. shared_prompts_whole_groups None -> on when shared prompts are on, two or more buffered micro-batches always
     share an optimizer step (`shared_prompts.exchange_block`, of the steps_per_generation TRL resolves in its own
-    __post_init__, hence after it) and moving rows between them is exact (`conflicts.pack_blockers`), else off."""
+    __post_init__, hence after it) and moving rows between them is exact (`conflicts.moves_rows_exactly`), else off."""
     if features.is_on("shared_prompts", c) and c.shared_prompts_whole_groups is None:
         block = exchange_block(c.steps_per_generation, c.gradient_accumulation_steps)
-        c.shared_prompts_whole_groups = (
-            block > 1 and c.loss_type in loss_types.REGISTRY and not conflicts.pack_blockers(c)
-        )
+        c.shared_prompts_whole_groups = block > 1 and conflicts.moves_rows_exactly(c)
 
 
 def apply_vllm_is_preset(config) -> None:

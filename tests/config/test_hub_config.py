@@ -207,6 +207,10 @@ EFFECTIVE = {
     "rollout_budget_max": (16, {"rollout_budget": "knapsack"}),
     "rollout_budget_column": ("level", {"rollout_budget": "knapsack"}),
     "shared_prompts": (True, {"padding_free": True}),
+    "shared_prompts_whole_groups": (
+        True,
+        {"padding_free": True, "shared_prompts": True, "gradient_accumulation_steps": 2},
+    ),
 }
 
 

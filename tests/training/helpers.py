@@ -201,6 +201,20 @@ INVALID = [
         {"padding_free": True, "model_init_kwargs": {"attn_implementation": "flash_attention_2"}},
     ),
     ("shared_prompts", {"padding_free": False, "shared_prompts": True}),  # no effect without padding_free
+    (
+        "shared_prompts_whole_groups",
+        {"padding_free": True, "shared_prompts": True, "shared_prompts_whole_groups": True},
+    ),
+    (
+        "shared_prompts_whole_groups",
+        {
+            "padding_free": True,
+            "shared_prompts": True,
+            "shared_prompts_whole_groups": True,
+            "gradient_accumulation_steps": 3,
+            "steps_per_generation": 2,
+        },
+    ),  # gcd 1: no effect
     ("time_budget_seconds", {"time_budget_seconds": -60.0}),
     (
         "time_budget_seconds",
