@@ -29,18 +29,18 @@ from tests.training.packed_models import (
 )
 from tests.training.reference.helpers import lora_config
 
-# shared_prompts: run against padded and padding-free runs in tests/training/test_shared_prompts.py
+# shared_prompts and its whole groups: run against padded and padding-free runs in tests/training/test_shared_prompts.py
 SWITCHES = [
     name
     for name in features.SWITCHES
     if trains(name)
-    and name not in ("padding_free", "shared_prompts")
+    and name not in ("padding_free", "shared_prompts", "whole_groups")
     and allowed({**features.SWITCHES[name].example, "padding_free": True})
 ]
 
 
 def test_every_trainable_switch_is_checked():
-    assert len(SWITCHES) == len([n for n in features.SWITCHES if trains(n)]) - 2
+    assert len(SWITCHES) == len([n for n in features.SWITCHES if trains(n)]) - 3
 
 
 @pytest.mark.slow
