@@ -7,7 +7,10 @@ prompt-heavy  one micro-batch at the Qwen2.5-0.5B layer shape (`benchmarks.paddi
               of up to `--max-completion` tokens drawn from Beta(1.2, 1.8) (mean 40 % of the maximum: the long tail
               of benchmarks/padding_free.py), in TRL's layout (rows shuffled, padded to the longest prompt and
               completion); TRL's padded forward with its fused LM head against `PaddingFreeForward` without and
-              with `shared`, fwd + bwd, interleaved, one thread.
+              with `shared`, fwd + bwd, interleaved, one thread. `--micro-batches k`: the rows are one optimizer
+              step's generation batch, split as TRL splits it into k micro-batches (fwd + bwd of each, gradients
+              accumulated), and shared prompts also run on whole groups (`shared_prompts_whole_groups`: the
+              micro-batches re-split by `whole_group_micro_batches`, as the trainer does).
 main job      the LoRA main job (`recipes/configs/chain.yaml`: chain model, 8 problems x 8 completions of up to 48
               tokens, one 64-row micro-batch), `GRPOHubTrainer` padded, padding-free and with shared prompts, learning
               rate 0 (torch reseeded before each generation: the same rollouts in the three), one step per repetition,
@@ -22,6 +25,7 @@ tokens (below 1: repeated prompts not computed), and the activations autograd sa
 step's peak memory); prompt-heavy also the largest log-prob difference to the padded forward.
 
     python -m benchmarks.shared_prompts [--reps 3] [--threads 1|2] [--skip-main-job] [--skip-prompt-heavy] [--quick]
+    python -m benchmarks.shared_prompts --skip-main-job --prompts 4 --group 4 --micro-batches 4 --prompt-tokens 256
     python -m benchmarks.shared_prompts --device cuda --reps 10
 """
 
@@ -46,6 +50,7 @@ from benchmarks.padding_free import (
     metered_times,
     model_size,
 )
+from grpo_hub.algos.shared_prompts import whole_group_micro_batches
 from grpo_hub.training.padding_free import PaddingFreeForward
 
 CONFIGS = {
@@ -98,12 +103,26 @@ def prompt_heavy_batch(
     return ids[order], mask[order], width
 
 
+def micro_batches(ids: torch.Tensor, mask: torch.Tensor, keep: int, count: int, whole_groups: bool) -> list:
+    """TRL's split of a shuffled generation batch (`ids`, `mask`: `keep` completion columns) into `count`
+    micro-batches, as (ids, mask, keep) each; with `whole_groups`, re-split by `whole_group_micro_batches` as the
+    trainer does (one block: every micro-batch of one optimizer step)."""
+    width = ids.shape[1] - keep
+    split = [{"prompt_ids": i[:, :width], "prompt_mask": m[:, :width], "completion_ids": i[:, width:],
+              "completion_mask": m[:, width:]} for i, m in zip(ids.chunk(count), mask.chunk(count), strict=True)]  # fmt: skip
+    if whole_groups:
+        split = whole_group_micro_batches(split, count)
+    return [(torch.cat([b["prompt_ids"], b["completion_ids"]], 1), torch.cat([b["prompt_mask"], b["completion_mask"]], 1),
+             b["completion_ids"].shape[1]) for b in split]  # fmt: skip
+
+
 def measure_prompt_heavy(reps: int, prompts: int, group: int, prompt_tokens: int, max_completion: int,
                          layers: int, vocab: int = 32768, device: str = "cpu",
-                         dtype: torch.dtype = torch.float32) -> list[list[str]]:  # fmt: skip
-    """The three forwards, fwd + bwd, interleaved (the order rotated each repetition); the first batch warms up and
-    gives the largest log-prob difference to the padded forward. On CUDA: synchronized wall seconds, and the GPU
-    kernels' share of one more forward + backward (`gpu_busy`)."""
+                         dtype: torch.dtype = torch.float32, count: int = 1) -> list[list[str]]:  # fmt: skip
+    """The forwards, fwd + bwd of the `count` micro-batches of one optimizer step (their gradients accumulated),
+    interleaved (the order rotated each repetition); with `count` > 1 shared prompts also on whole groups. The first
+    batch warms up and gives the largest log-prob difference to the padded forward. On CUDA: synchronized wall seconds,
+    and the GPU kernels' share of one more forward + backward of a micro-batch (`gpu_busy`)."""
     model = long_tail_model(layers, vocab, device, dtype)
     generator = torch.Generator().manual_seed(0)
     batches = [prompt_heavy_batch(prompts, group, prompt_tokens, max_completion, generator, vocab)
@@ -121,18 +140,21 @@ def measure_prompt_heavy(reps: int, prompts: int, group: int, prompt_tokens: int
         return lambda ids, mask, keep: forward(model, ids, mask, keep, compute_entropy=True)[:2]
 
     runs = {"padded (TRL)": padded, "padding-free": packed(False), "shared prompts": packed(True)}
+    if count > 1:
+        runs[WHOLE] = runs["shared prompts"]
     times, tokens, peak, logps = ({name: [] for name in runs}, dict.fromkeys(runs, 0), {}, {})
     work = Work(model)
     memory = PeakMemory(device, work)
     clock = time.process_time if device == "cpu" else time.perf_counter
     for rep, (ids, mask, keep) in enumerate(batches):
-        names = list(runs)[rep % 3 :] + list(runs)[: rep % 3]
+        names = list(runs)[rep % len(runs) :] + list(runs)[: rep % len(runs)]
         for name in names:
             model.zero_grad()
             work.tokens = 0
+            parts = micro_batches(ids, mask, keep, count, whole_groups=name == WHOLE)
             with memory.measuring():
                 start = clock()
-                out = forward_backward(runs[name], ids, mask, keep)
+                outs = [forward_backward(runs[name], *part) for part in parts]
                 if device == "cuda":
                     torch.cuda.synchronize()
                 elapsed = clock() - start
@@ -140,19 +162,34 @@ def measure_prompt_heavy(reps: int, prompts: int, group: int, prompt_tokens: int
                 times[name].append(elapsed)
                 tokens[name] += work.tokens
                 peak[name] = max(peak.get(name, 0), memory.peak())
-            else:
-                logps[name] = out.detach().float()[mask[:, -keep:].bool()]
+            else:  # each row's log-probs, by its tokens (whole groups reorder the rows)
+                logps[name] = row_logps(parts, outs)
     real = sum(int(mask.sum()) for _, mask, _ in batches[1:])
-    ids, mask, keep = batches[-1]
-    busy = {name: gpu_busy(run, ids, mask, keep) if device == "cuda" else "-" for name, run in runs.items()}
+    part = micro_batches(*batches[-1], count, whole_groups=False)[0]
+    busy = {name: gpu_busy(run, *part) if device == "cuda" else "-" for name, run in runs.items()}
     table = []
     for name in runs:
-        gap = (logps[name] - logps["padded (TRL)"]).abs().max().item()
+        gap = max(
+            (logps[name][row] - value).abs().max().item() for row, value in logps["padded (TRL)"].items()
+        )
         table.append([
-            name, f"{statistics.median(times[name]):.3f}", *ratios(times, name), f"{tokens[name] / reps:,.0f}",
-            f"{tokens[name] / real:.2f}", f"{peak[name] / MIB:,.1f}", f"{gap:.1e}", busy[name],
+            name, f"{statistics.median(times[name]):.3f}", *ratios(times, name),
+            f"{tokens[name] / reps / count:,.0f}", f"{tokens[name] / real:.2f}", f"{peak[name] / MIB:,.1f}",
+            f"{gap:.1e}", busy[name],
         ])  # fmt: skip
     return table
+
+
+WHOLE = "shared prompts, whole groups"
+
+
+def row_logps(parts: list, outs: list[torch.Tensor]) -> dict[tuple, torch.Tensor]:
+    """{a row's real tokens: its completion log-probs} over micro-batches (rows are told apart by their tokens)."""
+    rows = {}
+    for (ids, mask, keep), out in zip(parts, outs, strict=True):
+        for r in range(ids.shape[0]):
+            rows[tuple(ids[r][mask[r].bool()].tolist())] = out[r].detach().float()[mask[r, -keep:].bool()]
+    return rows
 
 
 def main() -> None:
@@ -168,6 +205,8 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=8, help="prompt-heavy: completions per prompt")
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--max-completion", type=int, default=256)
+    parser.add_argument("--micro-batches", type=int, default=1,
+                        help="prompt-heavy: micro-batches per optimizer step (TRL's split; > 1 adds whole groups)")  # fmt: skip
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--skip-main-job", action="store_true")
     parser.add_argument("--skip-prompt-heavy", action="store_true")
@@ -177,6 +216,7 @@ def main() -> None:
     cli = parser.parse_args()
     if cli.quick:
         cli.reps, cli.layers, cli.prompt_tokens, cli.max_completion = 1, 1, 64, 32
+        cli.prompts, cli.group, cli.micro_batches = 2, 4, 2
     cuda = cli.device == "cuda"
     cli.layers, vocab, dtype = model_size(cli.device, cli.layers)
     if not cuda and cli.threads == 1:
@@ -185,8 +225,9 @@ def main() -> None:
     if not cli.skip_prompt_heavy:
         torch.set_num_threads(1)
         print(f"## Prompt-heavy: {cli.prompts} prompt(s) of {cli.prompt_tokens} tokens x {cli.group} completions of up "
-              f"to {cli.max_completion} tokens (mean 40 %), {cli.layers} Qwen2.5-0.5B-shaped layers, vocabulary "
-              f"{vocab:,}, LoRA r 16, {dtype}, {cli.device}, {cli.reps} repetitions\n")  # fmt: skip
+              f"to {cli.max_completion} tokens (mean 40 %) in {cli.micro_batches} micro-batch(es), {cli.layers} "
+              f"Qwen2.5-0.5B-shaped layers, vocabulary {vocab:,}, LoRA r 16, {dtype}, {cli.device}, {cli.reps} "
+              "repetitions\n")  # fmt: skip
         header = [
             *HEADER[:-1],
             "peak MiB" if cuda else "saved MiB",
@@ -194,7 +235,8 @@ def main() -> None:
             "GPU kernels s / wall s",
         ]
         print_table(header, measure_prompt_heavy(cli.reps, cli.prompts, cli.group, cli.prompt_tokens,
-                                                 cli.max_completion, cli.layers, vocab, cli.device, dtype))  # fmt: skip
+                                                 cli.max_completion, cli.layers, vocab, cli.device, dtype,
+                                                 cli.micro_batches))  # fmt: skip
         torch.set_num_threads(cli.threads)
     if not cli.skip_main_job and not cuda:
         print(f"\n## Main job ({cli.recipe}), one step per repetition, {cli.reps} repetitions, {cli.threads} "

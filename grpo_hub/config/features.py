@@ -233,8 +233,8 @@ FEATURES = (
             "padding_free": True,
             "shared_prompts": True,
             "shared_prompts_whole_groups": True,
-            "gradient_accumulation_steps": 2,
-        },  # fmt: skip
+            "gradient_accumulation_steps": 2,  # two micro-batches per optimizer step to regroup
+        },
         (ROWS,),
         {PACKS_ROWS: "keeping each prompt's rows together"},
         checks=(checks.check_whole_groups,),

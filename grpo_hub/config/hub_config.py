@@ -470,7 +470,8 @@ class GRPOHubConfig(GRPOConfig):
 
     def __post_init__(self):
         """Two phases (grpo_hub.config.resolve_and_validate): resolve presets and implied switches (what depends on
-        TRL's own resolution, after it), then validate the resolved config, which validation never changes. Type, finiteness and NaN checks run first, on the values given."""
+        TRL's own resolution, after it), then validate the resolved config, which validation never changes. Type,
+        finiteness and NaN checks run first, on the values given."""
         self.implied_by = {}  # switch -> the switch that turned it on while resolving
         self._check_values()
         explicit = {name for name in EFFECT_NEEDS if getattr(self, name) != DEFAULTS[name]}

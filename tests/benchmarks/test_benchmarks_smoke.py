@@ -89,15 +89,18 @@ def test_other_benchmarks_print_finite_ratios(sections, name):
 
 
 def test_shared_prompts_tables(sections):
-    """Both shapes print the three forwards; shared prompts compute fewer tokens per real token (a count)."""
+    """Both shapes print the three forwards (the quick prompt-heavy shape in 2 micro-batches: also whole groups);
+    shared prompts compute fewer tokens per real token (a count), whole groups fewer still."""
     tables = sections["shared_prompts"].split("## Main job")
     assert len(tables) == 2
-    for table in tables:
+    for table, whole in zip(tables, (["shared prompts, whole groups"], []), strict=True):
         rows = {row[0]: row for row in table_rows(table)}
-        assert set(rows) == {"padded (TRL)", "padding-free", "shared prompts"}
+        assert set(rows) == {"padded (TRL)", "padding-free", "shared prompts", *whole}
         for row in rows.values():
             assert all(finite(cell.split()[0].replace(",", "")) > 0 for cell in row[1:7])
         assert finite(rows["shared prompts"][5]) < finite(rows["padding-free"][5])
+        if whole:
+            assert finite(rows[whole[0]][5]) < finite(rows["shared prompts"][5])
 
 
 def test_rollout_budget_table(sections):
