@@ -5,6 +5,8 @@
 #   2. benchmarks.rollout_budget --device cuda: the main job's step with and without per-prompt budgets
 #   3. benchmarks.time_to_accuracy --device cuda: plain TRL and the recommended preset, one process per seed
 #      (TTA_SEEDS), TTA_BUDGET seconds each
+#   4. benchmarks.shared_prompts --device cuda --micro-batches 8: the same shape as 1 with 8 prompts in 8 micro-batches
+#      of 8 rows, shared prompts on TRL's micro-batches and on whole groups (last: the least needed)
 # Each part has its own time limit and writes its log under DIR; DIR is packed into TAR after each part, so a call
 # cut short still returns what finished. Report the time-to-accuracy runs with
 #   python -m benchmarks.time_to_accuracy --merge DIR/tta-*.json
@@ -36,3 +38,7 @@ for seed in $TTA_SEEDS; do
     --seed-list "$seed" --budget "$TTA_BUDGET" $QUICK --json "$dir/tta-$seed.json" >"$dir/tta-$seed.txt" 2>&1
   stamp "time_to_accuracy seed $seed exit $?"; pack
 done
+
+timeout 150 python3 -m benchmarks.shared_prompts --device "$DEVICE" --skip-main-job --reps 5 --prompts 8 \
+  --micro-batches 8 $QUICK >"$dir/whole_groups.txt" 2>&1
+stamp "whole_groups exit $?"; pack
