@@ -58,6 +58,9 @@ CONFIGS = {
     "padding-free": {"padding_free": True},
     "shared prompts": {"padding_free": True, "shared_prompts": True},
 }
+WHOLE = (
+    "shared prompts, whole groups"  # shared prompts on micro-batches re-split by whole_group_micro_batches
+)
 HEADER = ["forwards", "train s", "ratio to padded", "ratio to padding-free", "tokens / micro-step",
           "computed / real tokens", "saved MiB"]  # fmt: skip
 
@@ -178,9 +181,6 @@ def measure_prompt_heavy(reps: int, prompts: int, group: int, prompt_tokens: int
             f"{gap:.1e}", busy[name],
         ])  # fmt: skip
     return table
-
-
-WHOLE = "shared prompts, whole groups"
 
 
 def row_logps(parts: list, outs: list[torch.Tensor]) -> dict[tuple, torch.Tensor]:
