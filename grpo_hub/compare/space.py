@@ -113,19 +113,20 @@ def run_compare(
 ):
     """Gradio handler: the column slots, the reward chart and the columns (kept to re-render the diffs).
 
-    Every failure reaches the page as a `gr.Error`: a CompareError with its message, anything unexpected as
-    its type and message (the traceback goes to the server log).
+    Every failure reaches the page as a `gr.Error` that stays until the user closes it: a CompareError with
+    its message, anything unexpected as its type and message (the traceback goes to the server log).
     """
     try:
         sampling = read_sampling(temperature, top_p, max_new_tokens, seed, n)
         bank = load_bank((base or "").strip(), parse_adapter_specs(adapters))
         columns = compare(bank, prompt, sampling, list(rewards or []), Limits.from_env())
     except CompareError as error:
-        raise gr.Error(str(error)) from error
+        raise gr.Error(str(error), duration=None) from error
     except Exception as error:
         logger.exception("compare failed")
         raise gr.Error(
-            f"the comparison failed unexpectedly ({type(error).__name__}: {error}); the server log has the details"
+            f"the comparison failed unexpectedly ({type(error).__name__}: {error}); the server log has the details",
+            duration=None,
         ) from error
     chart = reward_chart(columns)
     order = list(dict.fromkeys(chart[CHART_COLUMNS[0]]))  # base first, then the adapters as listed

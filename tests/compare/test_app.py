@@ -83,8 +83,9 @@ def test_handler_shows_one_column_per_model_and_hides_the_rest(app, tiny_model_d
 def test_handler_turns_problems_into_gradio_errors(app, tiny_model_dir, adapters, prompt, n, match):
     import gradio as gr
 
-    with pytest.raises(gr.Error, match=match):
+    with pytest.raises(gr.Error, match=match) as raised:
         app.run_compare(tiny_model_dir, adapters, prompt, 1.0, 1.0, 8, 0, n, ["digit_fraction_reward"])
+    assert raised.value.duration is None  # stays on the page until closed
 
 
 @pytest.mark.parametrize(
@@ -112,8 +113,9 @@ def test_handler_turns_an_unexpected_error_into_a_message(app, tiny_model_dir, m
         raise RuntimeError("something deep broke")
 
     monkeypatch.setattr(app, "compare", broken)
-    with pytest.raises(gr.Error, match=r"failed unexpectedly \(RuntimeError: something deep broke\)"):
+    with pytest.raises(gr.Error, match=r"failed unexpectedly \(RuntimeError: something deep broke\)") as raised:
         app.run_compare(tiny_model_dir, "", "Write only digits: 1", 1.0, 1.0, 8, 0, 2, [])
+    assert raised.value.duration is None
 
 
 def test_handler_rejects_a_foreign_adapter(app, tiny_model_dir, foreign_adapter):

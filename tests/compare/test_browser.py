@@ -31,6 +31,7 @@ FLAGS = [
 ]
 PROMPT = "Write only digits: 4 1 7"
 SEED = 7
+ERROR_TOAST_DEFAULT_S = 10  # gr.Error's default duration
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +123,12 @@ def test_page_compares_base_and_trained_adapter(page, tiny_model_dir, trained_ad
 
 
 def test_page_names_an_unknown_adapter(page):
+    """The error stays on the page until the user closes it: a loaded test machine (CI) can look later than
+    Gradio's default 10 s toast lasts, and so can a user reading the fix."""
     page.get_by_text("Models").click()
     page.locator("#adapters textarea").fill("/no/such/adapter")
     page.locator("#compare").click()
+    page.wait_for_timeout(ERROR_TOAST_DEFAULT_S * 1000 + 2000)
     page.get_by_text("adapter '/no/such/adapter' not found").first.wait_for(timeout=RUN_LIMIT_S * 1000)
 
 
