@@ -113,7 +113,9 @@ def test_handler_turns_an_unexpected_error_into_a_message(app, tiny_model_dir, m
         raise RuntimeError("something deep broke")
 
     monkeypatch.setattr(app, "compare", broken)
-    with pytest.raises(gr.Error, match=r"failed unexpectedly \(RuntimeError: something deep broke\)") as raised:
+    with pytest.raises(
+        gr.Error, match=r"failed unexpectedly \(RuntimeError: something deep broke\)"
+    ) as raised:
         app.run_compare(tiny_model_dir, "", "Write only digits: 1", 1.0, 1.0, 8, 0, 2, [])
     assert raised.value.duration is None
 
