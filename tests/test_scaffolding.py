@@ -1,5 +1,6 @@
 """Test modules share scaffolding through helper modules only: no module under tests/ imports a `test_*.py`
-module (read from the AST, imports inside functions and relative imports included)."""
+module (read from the AST, imports inside functions and relative imports included). Every worker script the
+distributed tests launch ends its ranks' process group (`worker_common.end_ranks`) as its last act."""
 
 import ast
 from pathlib import Path
@@ -57,3 +58,42 @@ def test_the_check_sees_lazy_and_relative_imports(tmp_path):
         "tests/wing/test_b.py:6 imports tests.wing.test_a",
         "tests/wing/test_b.py:7 imports tests.wing.test_a",
     ]
+
+
+def workers_that_leave_their_ranks(root: Path = TESTS) -> list[str]:
+    """Worker scripts (modules that import tests.training.distributed.worker_common and have a `__main__` block)
+    whose `__main__` block does not end with `end_ranks()` or `run_each(...)` (which calls it)."""
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if not any(
+            name.startswith("tests.training.distributed.worker_common")
+            for _, name in imported_names(path, root)
+        ):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+                last = node.body[-1]
+                called = (
+                    last.value.func
+                    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+                    else None
+                )
+                if not (isinstance(called, ast.Name) and called.id in ("end_ranks", "run_each")):
+                    problems.append(str(path.relative_to(root.parent)))
+    return problems
+
+
+def test_every_worker_script_ends_its_process_group():
+    problems = workers_that_leave_their_ranks()
+    assert not problems, "end the __main__ block with end_ranks() (worker_common):\n" + "\n".join(problems)
+
+
+def test_the_worker_check_reads_the_main_block(tmp_path):
+    wing = tmp_path / "tests" / "wing"
+    wing.mkdir(parents=True)
+    header = "from tests.training.distributed.worker_common import end_ranks\n"
+    (wing / "ends.py").write_text(header + "if __name__ == '__main__':\n    main()\n    end_ranks()\n")
+    (wing / "leaves.py").write_text(header + "if __name__ == '__main__':\n    end_ranks()\n    main()\n")
+    (wing / "not_a_worker.py").write_text("if __name__ == '__main__':\n    main()\n")
+    assert workers_that_leave_their_ranks(tmp_path / "tests") == ["tests/wing/leaves.py"]

@@ -19,7 +19,7 @@ from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.generation.adapter_sync import adapter_parameters, gathered_adapter
 from grpo_hub.tasks.tiny_model import build_tiny_model
 from grpo_hub.training.distributed import unwrap_peft_model
-from tests.training.distributed.worker_common import write_rank_result
+from tests.training.distributed.worker_common import end_ranks, write_rank_result
 from tests.training.reference.helpers import char_code_reward, grpo_args, lora_config, prompt_dataset
 from tests.training.reference.ref_worker import sha256
 
@@ -75,3 +75,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_ranks()

@@ -5,6 +5,7 @@ grpo_worker.py, ../reference/ref_worker.py, ../dynamic/dynamic_worker.py, ../sel
 tests.helpers) as `tests....`. After training, a worker writes its rank's result with `write_rank_result(trainer,
 result_dir, **fields)`: the world the rank saw, its global step and TRL's log history (read by checks.py), plus
 the worker's own fields; a worker that trains several runs in one launch (`run_accelerate_runs`) hands its `train` to `run_each`.
+A worker's main ends with `end_ranks()`, as a user's script ends with `trainer.end()` (`run_each` calls it).
 """
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ def run_each(
     cli = parser.parse_args()
     for name, argv in json.loads(cli.runs).items():
         train(parse_args(argv), Path(cli.result_dir) / name)
+    end_ranks()
+
+
+def end_ranks() -> None:
+    """Destroy the process group, as `Trainer.end()` does at the end of a user's script: left to the interpreter's
+    exit, a 2-rank run that trained and wrote its results was seen to abort in teardown ("terminate called without
+    an active exception", SIGABRT), failing its launch."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def single_run_parser(description: str | None, max_steps: int) -> argparse.ArgumentParser:

@@ -14,6 +14,7 @@ import torch
 from grpo_hub import GRPOHubTrainer
 from grpo_hub.tasks import build_tiny_model
 from tests.training.distributed.worker_common import (
+    end_ranks,
     single_run_config,
     single_run_parser,
     weight_fingerprint,
@@ -59,3 +60,4 @@ def main() -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     main()
+    end_ranks()

@@ -26,6 +26,7 @@ from grpo_hub.tasks import SMOKE_TASK, build_tiny_model, get_reward_funcs, load_
 from tests.helpers import tiny_config
 from tests.training.distributed.worker_common import (
     count_scored_tokens,
+    end_ranks,
     weight_fingerprint,
     write_rank_result,
 )
@@ -108,3 +109,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_ranks()

@@ -28,7 +28,7 @@ from grpo_hub.generation.server_process import healthy
 from grpo_hub.tasks import get_reward_funcs, load_task_dataset
 from grpo_hub.tasks.chain_model import chain_model_path
 from tests.helpers import tiny_config
-from tests.training.distributed.worker_common import count_scored_tokens, write_rank_result
+from tests.training.distributed.worker_common import count_scored_tokens, end_ranks, write_rank_result
 from tests.training.vllm import is_path_probe
 from tests.training.vllm.sync_probe import fixed_sequences, trainer_logps
 
@@ -188,3 +188,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_ranks()
