@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
+WORKER_COMMON = "tests.training.distributed.worker_common"
 
 
 def imported_names(path: Path, root: Path) -> list[tuple[int, str]]:
@@ -24,11 +25,17 @@ def imported_names(path: Path, root: Path) -> list[tuple[int, str]]:
     return sorted(found)
 
 
+def imports_by_file(root: Path):
+    """(path, `imported_names(path, root)`) of every Python file under `root`, in path order."""
+    for path in sorted(root.rglob("*.py")):
+        yield path, imported_names(path, root)
+
+
 def imports_of_test_modules(root: Path = TESTS) -> list[str]:
     """'importer:line imports <a test module>' for every import of a test module by a module under `root`."""
     problems = []
-    for path in sorted(root.rglob("*.py")):
-        for line, name in imported_names(path, root):
+    for path, imports in imports_by_file(root):
+        for line, name in imports:
             target = root.parent.joinpath(*name.split(".")).with_suffix(".py")
             if target.name.startswith("test_") and target.is_file() and target != path:
                 problems.append(f"{path.relative_to(root.parent)}:{line} imports {name}")
@@ -64,22 +71,14 @@ def workers_that_leave_their_ranks(root: Path = TESTS) -> list[str]:
     """Worker scripts (modules that import tests.training.distributed.worker_common and have a `__main__` block)
     whose `__main__` block does not end with `end_ranks()` or `run_each(...)` (which calls it)."""
     problems = []
-    for path in sorted(root.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        if not any(
-            name.startswith("tests.training.distributed.worker_common")
-            for _, name in imported_names(path, root)
-        ):
+    for path, imports in imports_by_file(root):
+        if not any(name.startswith(WORKER_COMMON) for _, name in imports):
             continue
-        for node in tree.body:
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
                 last = node.body[-1]
-                called = (
-                    last.value.func
-                    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
-                    else None
-                )
-                if not (isinstance(called, ast.Name) and called.id in ("end_ranks", "run_each")):
+                call = last.value if isinstance(last, ast.Expr) else None
+                if not (isinstance(call, ast.Call) and ast.unparse(call.func) in ("end_ranks", "run_each")):
                     problems.append(str(path.relative_to(root.parent)))
     return problems
 
