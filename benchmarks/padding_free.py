@@ -32,6 +32,7 @@ import statistics
 import tempfile
 import time
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from types import SimpleNamespace
 
 import torch
@@ -212,6 +213,14 @@ class PeakMemory:
         return torch.cuda.max_memory_allocated() - self.base if self.cuda else self.work.peak_saved
 
 
+def padded_forward(model, ids, mask, keep) -> tuple[torch.Tensor, torch.Tensor]:
+    """TRL's padded forward with its fused LM head: the log-probs and entropies of the last `keep` columns."""
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-keep] = -100
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    return out.log_probs[:, -keep:], out.entropy[:, -keep:]
+
+
 def forward_backward(run, ids, mask, keep) -> torch.Tensor:
     """One forward (`run`: log-probs and entropies) and its backward; the log-probs."""
     logps, entropies = run(ids, mask, keep)
@@ -245,18 +254,15 @@ def measure_long_tail(
     batches = [long_tail_batch(rows, max_completion, generator, vocab) for _ in range(reps + 1)]
     batches = [(ids.to(device), mask.to(device), keep) for ids, mask, keep in batches]
 
-    def padded(ids, mask, keep):
-        labels = ids.masked_fill(mask == 0, -100)
-        labels[:, :-keep] = -100
-        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
-        return out.log_probs[:, -keep:], out.entropy[:, -keep:]
-
     def packed_with(bin_tokens):
         forward = PaddingFreeForward(0, nullcontext, bin_tokens)
         return lambda ids, mask, keep: forward(model, ids, mask, keep, compute_entropy=True)[:2]
 
     bins = bins or {"padding-free": BIN_TOKENS}
-    runs = {"padded": padded, **{name: packed_with(tokens) for name, tokens in bins.items()}}
+    runs = {
+        "padded": partial(padded_forward, model),
+        **{name: packed_with(tokens) for name, tokens in bins.items()},
+    }
     times = {name: [] for name in runs}
     tokens = {name: 0 for name in runs}
     bin_rows = {name: 0 for name in runs}

@@ -34,6 +34,7 @@ import os
 import statistics
 import time
 from contextlib import nullcontext
+from functools import partial
 
 import torch
 
@@ -49,6 +50,7 @@ from benchmarks.padding_free import (
     main_job_trainer,
     metered_times,
     model_size,
+    padded_forward,
 )
 from grpo_hub.algos.shared_prompts import whole_group_micro_batches
 from grpo_hub.training.padding_free import PaddingFreeForward
@@ -132,17 +134,15 @@ def measure_prompt_heavy(reps: int, prompts: int, group: int, prompt_tokens: int
                for _ in range(reps + 1)]  # fmt: skip
     batches = [(ids.to(device), mask.to(device), keep) for ids, mask, keep in batches]
 
-    def padded(ids, mask, keep):
-        labels = ids.masked_fill(mask == 0, -100)
-        labels[:, :-keep] = -100
-        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
-        return out.log_probs[:, -keep:], out.entropy[:, -keep:]
-
     def packed(shared: bool):
         forward = PaddingFreeForward(0, nullcontext, shared=shared)
         return lambda ids, mask, keep: forward(model, ids, mask, keep, compute_entropy=True)[:2]
 
-    runs = {"padded (TRL)": padded, "padding-free": packed(False), "shared prompts": packed(True)}
+    runs = {
+        "padded (TRL)": partial(padded_forward, model),
+        "padding-free": packed(False),
+        "shared prompts": packed(True),
+    }
     if count > 1:
         runs[WHOLE] = runs["shared prompts"]
     times, tokens, peak, logps = ({name: [] for name in runs}, dict.fromkeys(runs, 0), {}, {})
