@@ -4,7 +4,8 @@ Rewards are the built-in task reward functions. Those that read a dataset column
 `kind`, the chain and arithmetic tasks' `answer`) get it from the task's own prompt rows; for any other
 prompt they are reported as missing. The prompts of the scored tasks (`grpo_hub.tasks.SCORED_TASKS`: chain, arithmetic)
 are their held-out problems written out in the chat template, since the bank feeds the prompt text to the
-model as it is; an answer to one of them is marked right or wrong (`correctness`).
+model as it is; an answer to one of them is marked right or wrong (`correctness`), and its example button is
+labelled by task, level and question (`example_label`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def task_rows(task: str) -> dict[str, dict]:
 
     if task in SCORED_TASKS:
         return {
-            arithmetic.chat_text(p.question): {"answer": p.answer, "level": p.level}
+            arithmetic.chat_text(p.question): {"answer": p.answer, "level": p.level, "question": p.question}
             for p in SCORED_TASKS[task].heldout_problems()
         }
     return {row["prompt"]: row for row in load_task_dataset(task, n=512, seed=0)}
@@ -57,6 +58,18 @@ def example_prompts(per_task: int = 3) -> list[str]:
     scored = [prompt for task in SCORED_TASKS for prompt in _first_of_each_level(task)]
     others = [task for task in OFFLINE_TASKS if task not in SCORED_TASKS]
     return [*scored, *(p for task in others for p in list(task_rows(task))[:per_task])]
+
+
+def example_label(prompt: str) -> str:
+    """What the Space's example button shows: "<task> level <k>: <question>" for a scored task's held-out prompt
+    (its chat-template text is what fills the prompt box), else the prompt itself."""
+    from grpo_hub.tasks import SCORED_TASKS
+
+    for task in SCORED_TASKS:
+        row = task_rows(task).get(prompt)
+        if row is not None:
+            return f"{task} level {row['level']}: {row['question']}"
+    return prompt
 
 
 def correctness(prompt: str, completions: list[str]) -> list[bool] | None:

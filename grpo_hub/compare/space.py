@@ -36,7 +36,7 @@ from grpo_hub.compare.bank import (
 )
 from grpo_hub.compare.deploy import ADAPTERS_VARIABLE, BASE_VARIABLE, PUBLIC_VARIABLE
 from grpo_hub.compare.html import column_html
-from grpo_hub.compare.scoring import Column, compare, example_prompts, reward_functions
+from grpo_hub.compare.scoring import Column, compare, example_label, example_prompts, reward_functions
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,13 @@ def build_demo(base: str, adapters: str, public: bool = False) -> gr.Blocks:
                 interactive=not public,
             )
         prompt = gr.Textbox(label="Prompt", lines=2, max_length=limits.max_prompt_chars, elem_id="prompt")
-        gr.Examples(example_prompts(), inputs=prompt, label="Prompts of the built-in tasks")
+        examples = example_prompts()
+        gr.Examples(
+            examples,
+            inputs=prompt,
+            label="Prompts of the built-in tasks",
+            example_labels=[example_label(text) for text in examples],
+        )
         with gr.Row():
             temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="Temperature (0 = greedy)")
             top_p = gr.Slider(0.05, 1, value=1.0, step=0.05, label="Top-p")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from grpo_hub import compare as C
+from grpo_hub.compare import scoring
 from grpo_hub.tasks import chain
 from tests.compare.conftest import wait_until_served
 from tests.conftest import REPO_ROOT, RUN_LIMIT_S, free_port, requires, skip_or_fail
@@ -120,6 +121,16 @@ def test_page_compares_base_and_trained_adapter(page, tiny_model_dir, trained_ad
     assert page.locator("#column-0 ins").count() == 0
     assert read_column(page, 1)[0] == adapter[0]  # the toggle re-renders, it does not sample again
     page.screenshot(path=str(ROOT / "test-artifacts" / "space-diff.png"), full_page=True)
+
+
+def test_an_example_button_shows_the_question_and_fills_the_chat_text(page):
+    prompt = C.example_prompts()[1]  # chain, level 2
+    page.get_by_text(scoring.example_label(prompt), exact=True).click()
+    page.wait_for_function(
+        "text => document.querySelector('#prompt textarea').value === text",
+        arg=prompt,
+        timeout=RUN_LIMIT_S * 1000,
+    )
 
 
 def test_page_names_an_unknown_adapter(page):

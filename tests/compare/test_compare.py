@@ -120,6 +120,19 @@ def test_examples_start_with_one_held_out_prompt_per_level_chain_first():
     assert "Write only digits" in examples[8]  # then the other offline tasks
 
 
+def test_examples_are_labelled_by_task_level_and_question_not_the_chat_template():
+    from grpo_hub.tasks import arithmetic, chain
+
+    examples = C.example_prompts()
+    labels = [scoring.example_label(prompt) for prompt in examples]
+    chain_first = [p for p in chain.heldout_problems() if p.level == 2][0]
+    assert labels[1] == f"chain level 2: {chain_first.question}"
+    arithmetic_first = [p for p in arithmetic.heldout_problems() if p.level == 4][0]
+    assert labels[7] == f"arithmetic level 4: {arithmetic_first.question}"
+    assert all("<|" not in label for label in labels)
+    assert labels[8] == examples[8]  # a plain-text prompt is its own label
+
+
 @pytest.mark.parametrize("task", ["chain", "arithmetic"])
 def test_held_out_prompts_are_marked_right_or_wrong(task):
     reward = get_reward_funcs(task)[0]  # the correctness reward
