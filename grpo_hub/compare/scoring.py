@@ -60,16 +60,23 @@ def example_prompts(per_task: int = 3) -> list[str]:
     return [*scored, *(p for task in others for p in list(task_rows(task))[:per_task])]
 
 
-def example_label(prompt: str) -> str:
-    """What the Space's example button shows: "<task> level <k>: <question>" for a scored task's held-out prompt
-    (its chat-template text is what fills the prompt box), else the prompt itself."""
+def scored_row(prompt: str) -> tuple[str | None, dict | None]:
+    """(task, row) of the first scored task (chain, then arithmetic) holding `prompt` as a held-out problem, else
+    (None, None)."""
     from grpo_hub.tasks import SCORED_TASKS
 
     for task in SCORED_TASKS:
         row = task_rows(task).get(prompt)
         if row is not None:
-            return f"{task} level {row['level']}: {row['question']}"
-    return prompt
+            return task, row
+    return None, None
+
+
+def example_label(prompt: str) -> str:
+    """What the Space's example button shows: "<task> level <k>: <question>" for a scored task's held-out prompt
+    (its chat-template text is what fills the prompt box), else the prompt itself."""
+    task, row = scored_row(prompt)
+    return f"{task} level {row['level']}: {row['question']}" if row else prompt
 
 
 def correctness(prompt: str, completions: list[str]) -> list[bool] | None:
@@ -77,15 +84,13 @@ def correctness(prompt: str, completions: list[str]) -> list[bool] | None:
 
     Right = the completion's last integer is the answer (the correctness reward of every scored task). A prompt
     held out by both tasks ("37+5=": chain level 1, arithmetic level 2) has one answer in both."""
-    from grpo_hub.tasks import SCORED_TASKS
     from grpo_hub.tasks.arithmetic import final_integer_rewards
 
-    for task in SCORED_TASKS:
-        row = task_rows(task).get(prompt)
-        if row is not None:
-            rewards = final_integer_rewards(completions, [row["answer"]] * len(completions))
-            return [reward == 1.0 for reward in rewards]
-    return None
+    _, row = scored_row(prompt)
+    if row is None:
+        return None
+    rewards = final_integer_rewards(completions, [row["answer"]] * len(completions))
+    return [reward == 1.0 for reward in rewards]
 
 
 def _needed_columns(fn) -> list[str]:
