@@ -4,6 +4,7 @@ The server runs in a subprocess on 127.0.0.1 with the tiny base and an adapter t
 session; it is stopped at the end of the module. The page screenshot is kept in test-artifacts/space.png.
 """
 
+import inspect
 import os
 import subprocess
 import sys
@@ -32,7 +33,6 @@ FLAGS = [
 ]
 PROMPT = "Write only digits: 4 1 7"
 SEED = 7
-ERROR_TOAST_DEFAULT_S = 10  # gr.Error's default duration
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +139,12 @@ def test_page_names_an_unknown_adapter(page):
     page.get_by_text("Models").click()
     page.locator("#adapters textarea").fill("/no/such/adapter")
     page.locator("#compare").click()
-    page.wait_for_timeout(ERROR_TOAST_DEFAULT_S * 1000 + 2000)
+    import gradio as gr
+
+    toast_s = (
+        inspect.signature(gr.Error).parameters["duration"].default
+    )  # how long Gradio's default toast lasts
+    page.wait_for_timeout(toast_s * 1000 + 2000)
     page.get_by_text("adapter '/no/such/adapter' not found").first.wait_for(timeout=RUN_LIMIT_S * 1000)
 
 
