@@ -33,10 +33,17 @@ FLAGS = [
 ]
 PROMPT = "Write only digits: 4 1 7"
 SEED = 7
+TOAST = "[data-testid='toast-body']"  # Gradio's error popup
 
 
 @pytest.fixture(scope="module")
-def space_url(tiny_model_dir, trained_adapter, tmp_path_factory):
+def space_log(tmp_path_factory) -> Path:
+    """The Space server's console (stdout and stderr)."""
+    return tmp_path_factory.mktemp("space") / "server.log"
+
+
+@pytest.fixture(scope="module")
+def space_url(tiny_model_dir, trained_adapter, space_log):
     """URL of the Space serving the tiny base + the GRPO-trained adapter; the server is stopped afterwards."""
     requires("gradio", "the Space's UI")
     url = f"http://127.0.0.1:{free_port()}"
@@ -46,12 +53,11 @@ def space_url(tiny_model_dir, trained_adapter, tmp_path_factory):
         "GRADIO_ANALYTICS_ENABLED": "False",
         "OMP_NUM_THREADS": "1",
     }
-    log = tmp_path_factory.mktemp("space") / "server.log"
-    with log.open("w") as out:
+    with space_log.open("w") as out:
         command = [sys.executable, "-m", "spaces_app", "--port", url.rsplit(":", 1)[1]]
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_until_served(url, process, log)
+        wait_until_served(url, process, space_log)
         yield url
     finally:
         process.terminate()
@@ -63,8 +69,8 @@ def space_url(tiny_model_dir, trained_adapter, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(space_url):
-    """A page of headless Chromium (Debian's, fresh profile) opened on the Space."""
+def browser(space_url):
+    """Headless Chromium (Debian's, fresh profile), closed after the module."""
     requires("playwright", "the browser test")
     if not Path(CHROMIUM).is_file():
         skip_or_fail(f"{CHROMIUM} is missing: apt-get install -y chromium chromium-driver (.ci/run does)")
@@ -75,11 +81,18 @@ def page(space_url):
             profile, executable_path=CHROMIUM, args=FLAGS, viewport={"width": 1400, "height": 1000}
         )
         try:
-            page = context.new_page()
-            page.goto(space_url)
-            yield page
+            yield context
         finally:
             context.close()
+
+
+@pytest.fixture
+def page(browser, space_url):
+    """A fresh page on the Space for each test: no test starts from what another left on the page."""
+    page = browser.new_page()
+    page.goto(space_url)
+    yield page
+    page.close()
 
 
 def read_column(page, index: int) -> tuple[list[str], list[float], float]:
@@ -133,19 +146,32 @@ def test_an_example_button_shows_the_question_and_fills_the_chat_text(page):
     )
 
 
-def test_page_names_an_unknown_adapter(page):
+def test_page_names_an_unknown_adapter(page, space_log):
     """The error stays on the page until the user closes it: a loaded test machine (CI) can look later than
     Gradio's default 10 s toast lasts, and so can a user reading the fix."""
-    page.get_by_text("Models").click()
-    page.locator("#adapters textarea").fill("/no/such/adapter")
-    page.locator("#compare").click()
     import gradio as gr
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect
 
+    page.get_by_text("Models").click()
+    adapters = page.locator("#adapters textarea")
+    adapters.fill("/no/such/adapter")
+    expect(adapters).to_have_value("/no/such/adapter")
+    page.locator("#compare").click()
     toast_s = (
         inspect.signature(gr.Error).parameters["duration"].default
     )  # how long Gradio's default toast lasts
     page.wait_for_timeout(toast_s * 1000 + 2000)
-    page.get_by_text("adapter '/no/such/adapter' not found").first.wait_for(timeout=RUN_LIMIT_S * 1000)
+    shown = page.locator(f"{TOAST}, #column-0 .sample").first  # an error, or columns: a compare that ran
+    try:
+        shown.wait_for(timeout=RUN_LIMIT_S * 1000)
+    except PlaywrightTimeout:
+        pytest.fail(
+            f"the page shows nothing:\n{page.inner_text('body')[-2000:]}\nserver:\n{space_log.read_text()[-3000:]}"
+        )
+    assert "adapter '/no/such/adapter' not found" in " ".join(page.locator(TOAST).all_inner_texts()), (
+        page.inner_text("body")[-2000:]
+    )
 
 
 def test_twenty_concurrent_requests_complete(space_url, tiny_model_dir, trained_adapter):
