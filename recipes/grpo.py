@@ -71,6 +71,14 @@ class RecipeArguments:
         },
     )
     num_prompts: int = field(default=512, metadata={"help": "Number of prompts (dataset rows) to train on."})
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Reward functions to train on, by name, instead of the task's own: from the task's own and "
+            "its optional ones (chain: chain_step_reward, partial credit per right scratchpad step). "
+            "--reward_weights weighs them in this order."
+        },
+    )
     dataset_seed: int = field(default=0, metadata={"help": "Seed for generating / shuffling the prompts."})
     dataset_name: str | None = field(
         default=None,
@@ -137,12 +145,15 @@ def task_preset(task: str) -> Path:
 def check_parsed(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args: ModelConfig) -> None:
     """What the values alone decide across the three dataclasses, before a model or dataset is loaded."""
     value_ranges.check_recipe_settings(recipe_args, model_args)
-    rewards = len(get_reward_funcs(recipe_args.task))
+    try:
+        rewards = len(get_reward_funcs(recipe_args.task, recipe_args.reward_funcs))
+    except ValueError as error:
+        field_error("reward_funcs", f"{error}.", "name each reward function once, or drop --reward_funcs.")
     if training_args.reward_weights is not None and len(training_args.reward_weights) != rewards:
         field_error(
             "reward_weights",
-            f"{len(training_args.reward_weights)} weights for task {recipe_args.task!r}, which has {rewards} "
-            "reward function(s).",
+            f"{len(training_args.reward_weights)} weights for the {rewards} reward function(s) of this run "
+            f"(task {recipe_args.task!r}, reward_funcs {recipe_args.reward_funcs}).",
             f"give {rewards} weight(s), or drop --reward_weights.",
         )
 
@@ -248,7 +259,7 @@ def train_and_report(
     try:
         trainer = GRPOHubTrainer(
             model=model_name,
-            reward_funcs=get_reward_funcs(recipe_args.task),
+            reward_funcs=get_reward_funcs(recipe_args.task, recipe_args.reward_funcs),
             args=training_args,
             train_dataset=dataset,
             peft_config=get_peft_config(model_args),

@@ -16,6 +16,7 @@ from grpo_hub.tasks.arithmetic_model import build_arithmetic_model
 from grpo_hub.tasks.builtin import (
     DEFAULT_TASK,
     OFFLINE_TASKS,
+    OPTIONAL_REWARDS,
     SMOKE_TASK,
     TASKS,
     answer_format_reward,
@@ -41,6 +42,7 @@ __all__ = [
     "OFFLINE_MODELS",
     "DEFAULT_TASK",
     "OFFLINE_TASKS",
+    "OPTIONAL_REWARDS",
     "SCORED_TASKS",
     "SMOKE_TASK",
     "TASKS",

@@ -36,10 +36,10 @@ from __future__ import annotations
 import random
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from grpo_hub.tasks.arithmetic import arithmetic_correctness_reward, arithmetic_format_reward, load_arithmetic
-from grpo_hub.tasks.chain import chain_correctness_reward, load_chain
+from grpo_hub.tasks.chain import chain_correctness_reward, chain_step_reward, load_chain
 from grpo_hub.tasks.text import completion_text
 from grpo_hub.tasks.tiny_model import build_tiny_model
 
@@ -47,10 +47,13 @@ DEFAULT_TASK = "chain"
 SMOKE_TASK = "digits"  # the random tiny model's task: learns in seconds (tests, benchmarks of the plumbing)
 OFFLINE_TASKS = ("chain", "digits", "digits_or_letters", "arithmetic")
 TASKS = (*OFFLINE_TASKS, "gsm8k")
+# Reward functions a run can add to a task's own by name (the recipe's `reward_funcs`): they read its rows' columns
+OPTIONAL_REWARDS = {"chain": (chain_step_reward,)}
 GSM8K_SYSTEM = "Solve the problem. Think step by step, then give the final answer inside \\boxed{}."
 
 __all__ = [
     "DEFAULT_TASK",
+    "OPTIONAL_REWARDS",
     "SMOKE_TASK",
     "TASKS",
     "answer_format_reward",
@@ -206,13 +209,24 @@ def load_task_dataset(
     return Dataset.from_list(rows)
 
 
-def get_reward_funcs(task: str = DEFAULT_TASK) -> list[Callable]:
-    """TRL reward callables for `task` (each `(prompts, completions, **kwargs) -> list[float]`)."""
+def get_reward_funcs(task: str = DEFAULT_TASK, names: Sequence[str] | None = None) -> list[Callable]:
+    """TRL reward callables for `task` (each `(prompts, completions, **kwargs) -> list[float]`): its own, or, given
+    `names`, those named, in that order, from its own and its `OPTIONAL_REWARDS`. ValueError on an empty list or an
+    unknown or repeated name."""
     _check_task(task)
-    return {
+    own = {
         "chain": [chain_correctness_reward],
         "digits": [digit_fraction_reward],
         "digits_or_letters": [kind_fraction_reward],
         "arithmetic": [arithmetic_correctness_reward, arithmetic_format_reward],
         "gsm8k": [math_correctness_reward, answer_format_reward],
     }[task]
+    if names is None:
+        return own
+    offered = {fn.__name__: fn for fn in (*own, *OPTIONAL_REWARDS.get(task, ()))}
+    unknown = [name for name in names if name not in offered]
+    repeated = sorted({name for name in names if list(names).count(name) > 1})
+    if not names or unknown or repeated:
+        problem = f"unknown {unknown}" if unknown else f"repeated {repeated}" if repeated else "none named"
+        raise ValueError(f"reward functions for task {task!r}: {problem}; choose from {', '.join(offered)}")
+    return [offered[name] for name in names]

@@ -2,7 +2,7 @@
 
 ```python
 from grpo_hub.tasks.chain import load_chain, evaluate
-train = load_chain("train", n=4096, seed=0)    # Dataset: prompt (chat messages), answer, level
+train = load_chain("train", n=4096, seed=0)    # Dataset: prompt (chat messages), answer, level, solution
 report = evaluate(model, tokenizer)            # held-out accuracy per level (2,000 problems), greedy
 ```
 
@@ -15,10 +15,12 @@ scratchpad, one step per clause (the step copied, then its result), and the last
 
 so a completion runs 5-40 tokens (one token per character) and errors compound along the chain: a level is
 how many steps must all be right. `chain_correctness_reward` is 1.0 when the completion's last integer is the
-answer (only correctness is rewarded, so a group is zero-signal exactly when all its answers agree in
-rightness). Splits: "heldout" is `HELDOUT_PER_LEVEL` (500) distinct problems per level, 2,000 in all (standard
-error <= 1.1 points): one fixed set, whatever the seed; "train" draws from the stream of its `seed` and skips
-every held-out problem, so no seed puts a held-out problem into training. The model is `chain_model.chain_model_path()`.
+answer (the task's reward: only correctness is rewarded, so a group is zero-signal exactly when all its answers
+agree in rightness). `chain_step_reward`, which a run adds by name (the recipe's `reward_funcs`), gives partial
+credit: the share of the worked solution's clauses the scratchpad gets right from the first. Splits: "heldout" is
+`HELDOUT_PER_LEVEL` (500) distinct problems per level, 2,000 in all (standard error <= 1.1 points): one fixed set,
+whatever the seed; "train" draws from the stream of its `seed` and skips every held-out problem, so no seed puts a
+held-out problem into training. The model is `chain_model.chain_model_path()`.
 """
 
 from __future__ import annotations
@@ -33,8 +35,17 @@ from grpo_hub.tasks.arithmetic import (
     final_integer_rewards,
     score_problems,
 )
+from grpo_hub.tasks.text import completion_text
 
-__all__ = ["CHAT_TEMPLATE", "chain_correctness_reward", "evaluate", "load_chain", "make_problem"]
+__all__ = [
+    "CHAT_TEMPLATE",
+    "chain_correctness_reward",
+    "chain_step_reward",
+    "evaluate",
+    "leading_steps",
+    "load_chain",
+    "make_problem",
+]
 
 LEVELS = (1, 2, 3, 4)
 HELDOUT_PER_LEVEL = 500
@@ -123,12 +134,13 @@ def split_problems(split: str, n: int, seed: int = 0) -> list[ChainProblem]:
 
 
 def load_chain(split: str = "train", n: int = 4096, seed: int = 0):
-    """`datasets.Dataset` with columns prompt (chat messages), answer (integer as text), level."""
+    """`datasets.Dataset` with columns prompt (chat messages), answer (integer as text), level, solution (the
+    worked scratchpad, read by `chain_step_reward`)."""
     from datasets import Dataset
 
     return Dataset.from_list(
         [
-            {"prompt": chat_prompt(p.question), "answer": p.answer, "level": p.level}
+            {"prompt": chat_prompt(p.question), "answer": p.answer, "level": p.level, "solution": p.solution}
             for p in split_problems(split, n, seed)
         ]
     )
@@ -137,6 +149,28 @@ def load_chain(split: str = "train", n: int = 4096, seed: int = 0):
 def chain_correctness_reward(prompts, completions, answer, **kwargs) -> list[float]:
     """1.0 when the scratchpad's last integer (its final result) equals the row's `answer`, else 0.0."""
     return final_integer_rewards(completions, answer)
+
+
+def leading_steps(scratchpad: str, solution: str) -> int:
+    """How many clauses of `solution` ("37+5=42,42*3=126") `scratchpad` writes, in order from the first, before its
+    first wrong or missing one (clauses are split at commas; spaces around a clause are ignored)."""
+    steps = 0
+    for written, worked in zip(scratchpad.split(","), solution.split(","), strict=False):
+        if written.strip() != worked:
+            break
+        steps += 1
+    return steps
+
+
+def chain_step_reward(prompts, completions, solution, **kwargs) -> list[float]:
+    """Partial credit per scratchpad step: the share of the row's worked `solution` the completion gets right from
+    its first clause (`leading_steps` / the level), 0.0-1.0. A step-level (process) reward checked by rule against the
+    worked solution, after the step supervision of Lightman et al. 2023 (arXiv:2305.20050): unlike the final answer,
+    it tells apart the completions of a group that all end wrong."""
+    return [
+        leading_steps(completion_text(c), worked) / len(worked.split(","))
+        for c, worked in zip(completions, solution, strict=True)
+    ]
 
 
 def evaluate(

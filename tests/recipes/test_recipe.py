@@ -28,9 +28,11 @@ CHAIN_FAST = {
 CHAIN_CONFIGS = (
     "chain",
     "chain-fast",
+    "chain-steps",
     "chain-full",
     "chain-full-fast",
-)  # the main job, the recommended preset and the time-to-accuracy testbed (benchmarks/time_to_accuracy.py)
+)  # the main job, the recommended preset, step credit and the time-to-accuracy testbed (benchmarks/time_to_accuracy.py)
+STEP_CREDIT = ["chain_correctness_reward", "chain_step_reward"]  # chain-steps.yaml's rewards
 FULL_FINE_TUNING = ("arithmetic-full", "chain-full", "chain-full-fast")
 SERVER_CONFIGS = ("chain-server", "chain-async")  # the main job with generation on a local vLLM server
 ALL_CONFIGS = (
@@ -188,6 +190,7 @@ def test_every_config_parses(recipe, name):
             "padding_free": False,
         },
         "chain-fast": {**CHAIN_FAST, "max_completion_length": 48, "learning_rate": 1e-3},
+        "chain-steps": {"reward_weights": [1.0, 0.5], "max_completion_length": 48, "learning_rate": 1e-3},
         "chain-full-fast": {
             **CHAIN_FAST,
             "learning_rate": 1e-4,
@@ -206,6 +209,7 @@ def test_every_config_parses(recipe, name):
     elif name in CHAIN_CONFIGS or name in SERVER_CONFIGS:
         assert recipe_args.task == "chain" and model_args.model_name_or_path is None
         assert recipe_args.vllm_server_start == (name in SERVER_CONFIGS)
+        assert recipe_args.reward_funcs == (STEP_CREDIT if name == "chain-steps" else None)
     else:
         assert recipe_args.task == "digits" and model_args.model_name_or_path is None
 
@@ -232,6 +236,46 @@ def test_a_local_server_without_vllm_is_one_line_before_anything_loads(recipe, c
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1
     assert err.startswith("grpo.py: error: --vllm_server_start needs vLLM") and "grpo-hub[vllm]" in err
+
+
+def test_reward_funcs_are_named_from_the_task_and_reward_weights_count_them(recipe, capsys):
+    unknown = one_line_error(
+        recipe, capsys, "--reward_funcs", "chain_correctness_reward", "digit_fraction_reward"
+    )
+    assert (
+        unknown.startswith("grpo.py: error: `reward_funcs`: ")
+        and "unknown ['digit_fraction_reward']" in unknown
+    )
+    assert "choose from chain_correctness_reward, chain_step_reward" in unknown
+    repeated = one_line_error(recipe, capsys, "--reward_funcs", "chain_step_reward", "chain_step_reward")
+    assert "repeated ['chain_step_reward']" in repeated
+    weights = one_line_error(recipe, capsys, "--reward_funcs", *STEP_CREDIT, "--reward_weights", "1.0")
+    assert weights.startswith("grpo.py: error: `reward_weights`: 1 weights for the 2 reward function(s)")
+    assert "digits" in one_line_error(
+        recipe, capsys, "--task", "digits", "--reward_funcs", "chain_step_reward"
+    )
+
+
+def test_chain_steps_trains_on_both_rewards_weighted(recipe, tmp_path, monkeypatch):
+    """chain-steps.yaml's run logs both rewards, and its reward is correctness + 0.5 x step credit."""
+    built = []
+
+    class Recorded(recipe.GRPOHubTrainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(recipe, "GRPOHubTrainer", Recorded)
+    args = parse(
+        recipe,
+        "--config", str(CONFIGS / "chain-steps.yaml"),
+        "--max_steps", "1", "--num_prompts", "8", "--eval_per_level", "2", "--output_dir", str(tmp_path),
+        "--use_cpu", "true", "--bf16", "false",
+    )  # fmt: skip
+    recipe.main(*args)
+    logged = built[0].state.log_history[0]
+    right, steps = (logged[f"rewards/{name}/mean"] for name in STEP_CREDIT)
+    assert 0 < steps < 1 and logged["reward"] == pytest.approx(right + 0.5 * steps)
 
 
 def test_cli_overrides_the_yaml(recipe):

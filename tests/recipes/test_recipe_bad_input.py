@@ -41,6 +41,7 @@ UNKNOWN_TEXT = {
     "lora_task_type": "BOGUS",
     "attn_implementation": "bogus",
     "model_name_or_path": "./no/such/folder",
+    "reward_funcs": "no_such_reward",
 }
 # bounds whose owner is not value_ranges (vllm_checks.check_is_bounds: an IS bound is > 0)
 OUTSIDE_ELSEWHERE = {"vllm_importance_sampling_clip_min": 0, "vllm_importance_sampling_clip_max": 0}
