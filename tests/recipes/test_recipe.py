@@ -134,9 +134,16 @@ def test_eval_per_level_needs_a_scored_task_and_at_most_its_held_out_problems(re
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_two_cpu_ranks_with_the_ddp_accelerate_config(tmp_path):
-    summary, out = launch(tmp_path, "--max_steps", "4", *SMALL_EVAL, accelerate_config="cpu-ddp.yaml")
+@pytest.mark.parametrize("config", ["chain", "chain-steps"])
+def test_two_cpu_ranks_with_the_ddp_accelerate_config(tmp_path, config):
+    summary, out = launch(
+        tmp_path, "--config", str(CONFIGS / f"{config}.yaml"), "--max_steps", "4", *SMALL_EVAL,
+        accelerate_config="cpu-ddp.yaml",
+    )  # fmt: skip
     assert summary["world_size"] == 2 and summary["steps"] == 4
+    logged = json.loads((out / "grpo_run.json").read_text())["log_history"][0]
+    names = {key.split("/")[1] for key in logged if key.startswith("rewards/") and key.endswith("/mean")}
+    assert names == set(STEP_CREDIT if config == "chain-steps" else STEP_CREDIT[:1])
     assert summary["heldout_per_level"] == 20 and set(summary["heldout_after"]["greedy"]) == {
         "1",
         "2",
