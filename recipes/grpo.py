@@ -148,7 +148,7 @@ def check_parsed(recipe_args: RecipeArguments, training_args: GRPOHubConfig, mod
     try:
         rewards = len(get_reward_funcs(recipe_args.task, recipe_args.reward_funcs))
     except ValueError as error:
-        field_error("reward_funcs", f"{error}.", "name each reward function once, or drop --reward_funcs.")
+        field_error("reward_funcs", f"{error}.", "name only those, each once, or drop --reward_funcs.")
     if training_args.reward_weights is not None and len(training_args.reward_weights) != rewards:
         field_error(
             "reward_weights",
