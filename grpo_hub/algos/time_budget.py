@@ -1,7 +1,8 @@
 """The length of a run trained for a wall-clock budget (`GRPOHubConfig.time_budget_seconds`).
 
-The pace is the mean wall time of the optimizer steps after the first (the first one also pays the warm-up: the
-first generation, compilation, the server's first batch). The plan is re-made after every step from the pace so far,
+The pace is the mean wall time of the optimizer steps other than each process's first (the first step of a run, and
+of every process that resumed it, also pays the warm-up: the first generation, compilation, the server's first
+batch). The plan is re-made after every step from the pace so far,
 so a run that slows down (longer completions) ends its schedule at the budget too.
 """
 
@@ -10,12 +11,15 @@ from __future__ import annotations
 import math
 
 
-def seconds_per_step(step: int, elapsed: float, first_step_elapsed: float) -> float:
-    """Mean wall seconds per optimizer step over steps 2..`step` (`elapsed`: wall seconds at the end of step `step`;
-    `first_step_elapsed`: at the end of step 1). Needs `step` >= 2."""
-    if step < 2:
-        raise ValueError(f"the pace needs two optimizer steps, got step {step}")
-    return max(elapsed - first_step_elapsed, 0.0) / (step - 1)
+def seconds_per_step(step: int, elapsed: float, warm_up_seconds: float, warm_up_steps: int) -> float:
+    """Mean wall seconds per optimizer step over steps 1..`step` less the `warm_up_steps` first steps of the processes
+    that ran them, which took `warm_up_seconds` together (`elapsed`: wall seconds at the end of step `step`):
+    (elapsed - warm_up_seconds) / (step - warm_up_steps). Needs a step that was not a process's first."""
+    if step <= warm_up_steps:
+        raise ValueError(
+            f"the pace needs a step after a warm-up, got step {step} with {warm_up_steps} warm-up steps"
+        )
+    return max(elapsed - warm_up_seconds, 0.0) / (step - warm_up_steps)
 
 
 def planned_steps(step: int, elapsed: float, pace: float, budget: float, cap: int) -> int:

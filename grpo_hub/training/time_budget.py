@@ -4,7 +4,8 @@ From optimizer step `time_budget_calibration_steps` on, after every step, the ru
 which ends the loop) and the learning-rate schedule (transformers' `lr_scheduler_type` with its warmup, rebuilt for
 that length) are planned to the steps that fit in the budget (grpo_hub.algos.time_budget). Every rank plans from the
 slowest rank's clock, so all ranks stop at the same step. The training seconds spent so far are saved in each
-checkpoint and count on resume.
+checkpoint and count on resume; the pace leaves out the first step of the run and of each process that resumed it (a
+warm-up).
 """
 
 from __future__ import annotations
@@ -76,10 +77,12 @@ class TimeBudgetCallback(TrainerCallback):
         # train() call it was given to: on_train_begin clears it)
         self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self.resume_from: str | None = None
-        # wall seconds: spent before this train() call, at the end of step 1, at the end of the last step
+        # wall seconds spent before this train() call and at the end of the last step; the warm-up: the seconds and
+        # the count of the steps that were a process's first (the run's, and each resumed process's)
         self.spent = None
         # the upper bound (the length without a budget), the clock at train begin, the scheduler's length
         self._cap = self._started = self._length = None
+        self._warming = False  # no step of this train() call has ended yet
 
     @classmethod
     def from_config(cls, args, device: torch.device, metrics) -> TimeBudgetCallback:
@@ -109,7 +112,8 @@ class TimeBudgetCallback(TrainerCallback):
             )
         self._cap = self._length = state.max_steps  # max_steps, or the epochs' steps: the scheduler's length
         # every train() call starts afresh: a second call on the same trainer keeps nothing of the first
-        self.spent = {"before": 0.0, "first_step": None, "last": 0.0}
+        self.spent = {"before": 0.0, "warm_up": (0.0, 0), "last": 0.0}
+        self._warming = True
         resume_from, self.resume_from = self.resume_from, None
         if state.global_step > 0:
             self._restore(args, state, resume_from)
@@ -129,7 +133,13 @@ class TimeBudgetCallback(TrainerCallback):
             )
         with open(os.path.join(folder, STATE_FILE)) as file:
             saved = json.load(file)
-        self.spent = {"before": saved["elapsed"], "first_step": saved["first_step"], "last": saved["elapsed"]}
+        # a checkpoint saved before the resumed processes' warm-ups were counted has step 1's end only
+        warm_up = (
+            (saved["first_step"], 1)
+            if "first_step" in saved
+            else (saved["warm_up_seconds"], saved["warm_up_steps"])
+        )
+        self.spent = {"before": saved["elapsed"], "warm_up": warm_up, "last": saved["elapsed"]}
         self._plan(args, state, saved["planned_steps"])
         self._fit_schedule(state)
 
@@ -155,11 +165,14 @@ class TimeBudgetCallback(TrainerCallback):
         `state.max_steps`: a plan that ends the run at this step gets the final save and evaluation of max_steps,
         and a plan that grows at the step the old plan ended on does not stop the run."""
         step, elapsed = state.global_step + 1, self.reduce_max(self.elapsed())
+        if self._warming:  # this process's first step
+            self._warming = False
+            seconds, steps = self.spent["warm_up"]
+            self.spent["warm_up"] = (seconds + elapsed - self.spent["before"], steps + 1)
         self.spent["last"] = elapsed
-        if self.spent["first_step"] is None:
-            self.spent["first_step"] = elapsed
-        if step >= self.calibration_steps:  # (at least 2: config check)
-            pace = time_budget.seconds_per_step(step, elapsed, self.spent["first_step"])
+        # the pace needs a step after the warm-ups (and calibration_steps >= 2: config check)
+        if step >= self.calibration_steps and step > self.spent["warm_up"][1]:
+            pace = time_budget.seconds_per_step(step, elapsed, *self.spent["warm_up"])
             self._plan(args, state, time_budget.planned_steps(step, elapsed, pace, self.budget, self._cap))
         elif elapsed >= self.budget:  # spent before the pace is known: stop here
             self._plan(args, state, step)
@@ -175,7 +188,8 @@ class TimeBudgetCallback(TrainerCallback):
             os.makedirs(folder, exist_ok=True)
             saved = {
                 "elapsed": self.spent["last"],
-                "first_step": self.spent["first_step"],
+                "warm_up_seconds": self.spent["warm_up"][0],
+                "warm_up_steps": self.spent["warm_up"][1],
                 "planned_steps": state.max_steps,
             }
             with open(os.path.join(folder, STATE_FILE), "w") as file:

@@ -39,6 +39,16 @@ def test_plan_edges(step, elapsed, pace, budget, cap, expected):
 
 def test_the_pace_leaves_out_the_first_step():
     ends = [30.0, 31.0, 33.0, 36.0]  # step 1 pays a 30 s warm-up; then 1, 2, 3 s
-    assert seconds_per_step(4, ends[3], ends[0]) == pytest.approx(sum([1.0, 2.0, 3.0]) / 3)
-    with pytest.raises(ValueError, match="two optimizer steps"):
-        seconds_per_step(1, 30.0, 30.0)
+    assert seconds_per_step(4, ends[3], ends[0], 1) == pytest.approx(sum([1.0, 2.0, 3.0]) / 3)
+    with pytest.raises(ValueError, match="a step after a warm-up"):
+        seconds_per_step(1, 30.0, 30.0, 1)
+
+
+def test_the_pace_leaves_out_every_processs_first_step():
+    """A run resumed at step 3: its process's first step (step 4) pays a warm-up too (20 s); the pace is the mean of
+    the other steps (2, 3, 5, 6: 1, 2, 3, 4 s), whatever the warm-ups cost."""
+    durations = [30.0, 1.0, 2.0, 20.0, 3.0, 4.0]  # steps 1-6
+    warm_up = durations[0] + durations[3]
+    assert seconds_per_step(6, sum(durations), warm_up, 2) == pytest.approx(sum([1.0, 2.0, 3.0, 4.0]) / 4)
+    with pytest.raises(ValueError, match="a step after a warm-up"):
+        seconds_per_step(2, 31.0, 31.0, 2)  # resumed at step 1: steps 1 and 2 were both a process's first

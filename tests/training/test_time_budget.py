@@ -185,8 +185,8 @@ def test_a_resumed_run_counts_the_seconds_before_its_checkpoint(tmp_path, tiny_m
     full.train()
     checkpoint = tmp_path / "full" / "checkpoint-4"
     saved = json.loads((checkpoint / STATE_FILE).read_text())
-    assert saved == {"elapsed": 7.0, "first_step": 4.0, "planned_steps": 6}
-    # the resumed process has its own clock: 0 at train begin, 1 s per step (no warm-up: the checkpoint had it)
+    assert saved == {"elapsed": 7.0, "warm_up_seconds": 4.0, "warm_up_steps": 1, "planned_steps": 6}
+    # the resumed process has its own clock: 0 at train begin, 1 s per step (a warm-up of 0 s on its first)
     resumed = budget_trainer(tmp_path / "resumed", tiny_model_dir, lambda: next(ticks))
     ticks = itertools.count()
     resumed.train(resume_from_checkpoint=str(checkpoint))
@@ -203,6 +203,34 @@ def saved_run(tmp_path, model_dir) -> None:
 def ticks():
     """A resumed or warm process's clock: 0 at train begin, 1 s more at the end of each step."""
     return functools.partial(next, itertools.count())
+
+
+def test_a_resumed_process_leaves_its_own_warm_up_step_out_of_the_pace(tmp_path, tiny_model_dir):
+    """A resumed process pays a warm-up on its first step too (its first generation, compilation), as step 1 did: the
+    pace leaves both out, so the resumed run plans the steps that still fit at its steady 1 s a step."""
+    saved_run(tmp_path / "full", tiny_model_dir)  # checkpoint-4: 7 s spent, step 1 4 s of it (3 s warm-up)
+    resumed = budget_trainer(tmp_path / "resumed", tiny_model_dir, scripted_clock(), time_budget_seconds=20.0)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-4"))
+    # step 5 ends at 7 + 4 = 11 s (warm-up again), each later step 1 s on: steps up to 14 (20 s) fit. Counting step
+    # 5's warm-up in the pace (7 s over steps 2-5: 1.75 s a step) plans 10 steps at step 5 and stops at 13.
+    plans = {
+        entry["step"]: entry[PLANNED_METRIC] for entry in resumed.state.log_history if PLANNED_METRIC in entry
+    }
+    assert plans[5] == 14
+    assert resumed.state.global_step == 14
+
+
+def test_a_checkpoint_that_saved_step_ones_end_only_resumes_as_before(tmp_path, tiny_model_dir):
+    """time_budget.json as saved before the resumed processes' warm-ups were counted ("first_step": the end of step 1,
+    the one warm-up) still resumes: the same plan as from the current file."""
+    saved_run(tmp_path / "full", tiny_model_dir)
+    state = tmp_path / "full" / "checkpoint-4" / STATE_FILE
+    state.write_text(json.dumps({"elapsed": 7.0, "first_step": 4.0, "planned_steps": 6}))
+    resumed = budget_trainer(tmp_path / "resumed", tiny_model_dir, scripted_clock(), time_budget_seconds=20.0)
+    resumed.train(resume_from_checkpoint=str(state.parent))
+    assert (
+        resumed.state.global_step == 14
+    )  # as test_a_resumed_process_leaves_its_own_warm_up_step_out_of_the_pace
 
 
 def test_a_second_train_starts_a_fresh_clock(tmp_path, tiny_model_dir):
