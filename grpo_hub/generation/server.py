@@ -128,9 +128,7 @@ def check_sync_support(server_info: dict, probe, sync: str, adapter_rank: int | 
                 f"{'no LoRA' if lora is None else 'max_lora_rank ' + str(lora['max_lora_rank'])}.",
                 f"restart it with --enable-lora --max-lora-rank {needed}, or set {FIELD}='merged'.",
             )
-        status, body = probe(
-            "/v1/load_lora_adapter", {"lora_name": "grpo-hub-probe", "lora_path": "/nonexistent"}
-        )
+        status, body = lora_route_probe(probe)
         if status == 404 and "error" not in body:  # the route itself is missing: {"detail": "Not Found"}
             field_error(
                 FIELD,
@@ -163,8 +161,8 @@ def check_authorized(response, token: str | None) -> None:
 
 def make_http_sync_client(requested: str, token: str | None):
     """`HTTPSyncClient`: TRL's `VLLMClient` (vLLM is imported with it) that sends the server's `token` with every
-    request and opens TRL's NCCL group only where `syncs_over_http` says TRL's sync runs (its `over_http`)."""
-    import requests
+    request and opens TRL's NCCL group only where `syncs_over_http` says TRL's sync runs (its `over_http`). `requests`
+    is imported where a request is made: a trainer refused before it reaches the server (no vLLM) never needs it."""
     from trl.generation.vllm_client import VLLMClient
 
     class HTTPSyncClient(VLLMClient):
@@ -187,6 +185,8 @@ def make_http_sync_client(requested: str, token: str | None):
 
         def check_server(self, total_timeout: float = 0.0, retry_interval: float = 2.0):
             """TRL's wait for /health, which says nothing while it waits: here one line first says what for."""
+            import requests
+
             if not healthy(self.base_url):
                 print(
                     f"waiting up to {total_timeout:g} s for a vLLM server to answer {self.base_url}/health "
@@ -207,9 +207,7 @@ def make_http_sync_client(requested: str, token: str | None):
             import torch
 
             has_extension = self.post("/collective_rpc", {"method": VERSION_METHOD})[0] == 200
-            status, body = self.post(
-                "/v1/load_lora_adapter", {"lora_name": "grpo-hub-probe", "lora_path": "/none"}
-            )
+            status, body = lora_route_probe(self.post)
             has_runtime_lora = (
                 status == 404 and "error" in body
             )  # "No adapter found": the route and LoRA work
@@ -222,6 +220,8 @@ def make_http_sync_client(requested: str, token: str | None):
 
         def post(self, path: str, payload: dict) -> tuple[int, dict]:
             """(status, JSON body) of a POST to the server."""
+            import requests
+
             # not the client's retrying session: a 500 here is an answer (e.g. LoRA off), and a reload is not retried
             response = requests.post(
                 f"{self.base_url}{path}", json=payload, timeout=600, headers=server_auth.auth_headers(token)
@@ -266,6 +266,16 @@ def served_sync_dir(post) -> str | None:
     `post(path, payload) -> (status, body)`; None when the server has no such folder or no extension."""
     status, body = post("/collective_rpc", {"method": SYNC_DIR_METHOD})
     return body["results"][0] if status == 200 else None
+
+
+def lora_route_probe(post) -> tuple[int, dict]:
+    """(status, body) of loading an adapter that is not there through `/v1/load_lora_adapter`: 404 with an error
+    ("No adapter found") where the route and LoRA work, 404 {"detail": "Not Found"} where runtime LoRA updating is
+    off. The path lies inside the server's sync folder where it has one (`served_sync_dir`): a grpo_hub server refuses
+    any other (`server_auth.lora_path_inside`)."""
+    folder = served_sync_dir(post)
+    path = str(Path(folder) / "grpo-hub-probe-absent") if folder else "/nonexistent"
+    return post("/v1/load_lora_adapter", {"lora_name": "grpo-hub-probe", "lora_path": path})
 
 
 def sync_folder(
@@ -401,7 +411,9 @@ class ServerAdapterSync(ServerSync):
             not self.loaded
         ):  # first sync to this server: its base weights may hold an earlier run's merged sync
             self.restore_checkpoint()
-        self.client.call("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(self.folder / name)})
+        self.client.call(
+            "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str((self.folder / name).absolute())}
+        )
         self.client.model = name  # every later request generates with it
         self.loaded.append(name)
         busy = self.in_use()

@@ -10,7 +10,8 @@ With the token,
 load weights from any folder (`reload_weights(weights_path=...)`) or kill the engine (`save_sharded_state`).
 
 The worker extension loads weight files only inside the sync folder fixed when the server starts (SYNC_DIR_ENV), after
-resolving symlinks and `..` (`inside_sync_folder`); the trainer writes that folder owner-only (`private_folder`).
+resolving symlinks and `..` (`inside_sync_folder`), and the middleware holds vLLM's LORA_LOAD_PATH (on with runtime LoRA
+updating) to that folder too (`lora_path_inside`); the trainer writes that folder owner-only (`private_folder`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ _HELD: dict[str, str] = {}  # the token of a server this process started (`held_
 # what a load balancer or the trainer's wait for the server may ask unannounced
 OPEN_PATHS = frozenset({"/health"})
 RPC_PATH = "/collective_rpc"
+LORA_LOAD_PATH = "/v1/load_lora_adapter"  # vLLM loads the adapter folder its body's `lora_path` names
 # the worker methods a trainer calls through RPC_PATH: grpo_hub's worker extension's (TRL 1.16's client calls none: its
 # NCCL sync has routes of its own, /init_weight_transfer_engine and /update_weights)
 RPC_METHODS = frozenset(
@@ -142,8 +144,9 @@ def authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:
 
 class TokenMiddleware:
     """ASGI middleware: a request to any path but OPEN_PATHS without the server's token gets 401 and reaches no route;
-    one to RPC_PATH with the token but a worker method outside RPC_METHODS gets 403. The token is read from the
-    server's environment when vLLM builds its app; a server started without one fails."""
+    one to RPC_PATH with the token but a worker method outside RPC_METHODS gets 403, and so does one to LORA_LOAD_PATH
+    whose `lora_path` is not inside the server's sync folder (SYNC_DIR_ENV). The token is read from the server's
+    environment when vLLM builds its app; a server started without one fails."""
 
     def __init__(self, app):
         token = read_token()
@@ -162,7 +165,18 @@ class TokenMiddleware:
             body, receive = await read_body(receive)
             method = rpc_method(body)
             if not (isinstance(method, str) and method in RPC_METHODS):
-                await forbid(send, method)
+                allowed = ", ".join(sorted(RPC_METHODS))
+                await forbid(
+                    send,
+                    f"{RPC_PATH} calls only the worker methods a trainer calls ({allowed}), not method {method!r}",
+                )
+                return
+        if scope["type"] == "http" and scope["path"].endswith(LORA_LOAD_PATH):
+            body, receive = await read_body(receive)
+            try:
+                lora_path_inside(body, os.environ.get(SYNC_DIR_ENV))
+            except PermissionError as error:
+                await forbid(send, f"{LORA_LOAD_PATH} {error}")
                 return
         await self.app(scope, receive, send)
 
@@ -185,21 +199,38 @@ async def read_body(receive):
     return body, replay
 
 
-def rpc_method(body: bytes):
-    """The worker method an RPC_PATH body names, parsed as vLLM's route parses it (`json.loads`: of duplicate keys the
-    last counts); None when it names none."""
+def request_field(body: bytes, name: str):
+    """Field `name` of a JSON request body, parsed as vLLM's routes parse it (`json.loads`: of duplicate keys the last
+    counts); None when the body is not a JSON object or has no such field."""
     try:
         request = json.loads(body)
     except ValueError:  # not JSON, or not text
         return None
-    return request.get("method") if isinstance(request, dict) else None
+    return request.get(name) if isinstance(request, dict) else None
 
 
-async def forbid(send, method) -> None:
-    """Answer 403 naming the refused worker `method` and the ones this server takes."""
-    allowed = ", ".join(sorted(RPC_METHODS))
-    error = f"Forbidden: {RPC_PATH} calls only the worker methods a trainer calls ({allowed}), not method {method!r}"
-    body = json.dumps({"error": error}).encode()
+def rpc_method(body: bytes):
+    """The worker method an RPC_PATH body names (`request_field`); None when it names none."""
+    return request_field(body, "method")
+
+
+def lora_path_inside(body: bytes, sync_dir: str | None) -> Path:
+    """The `lora_path` of a LORA_LOAD_PATH body, resolved, when it is an absolute path inside `sync_dir`
+    (`inside_sync_folder`); else PermissionError naming it and the folder. A relative path is refused: vLLM 0.32 reads
+    it by rules of its own (`~` expanded; a path that is not there, a Hugging Face Hub repo to download:
+    vllm/lora/utils.py `get_adapter_absolute_path`), not as `inside_sync_folder` resolves it."""
+    path = request_field(body, "lora_path")
+    if not isinstance(path, str) or not os.path.isabs(path):
+        folder = Path(sync_dir).resolve() if sync_dir else f"its sync folder ({SYNC_DIR_ENV}, not set)"
+        raise PermissionError(
+            f"refused to load {path!r}: not an absolute path; this vLLM server loads weights only from {folder}"
+        )
+    return inside_sync_folder(path, sync_dir)
+
+
+async def forbid(send, error: str) -> None:
+    """Answer 403 with `error` (what was refused, and what this server takes)."""
+    body = json.dumps({"error": f"Forbidden: {error}"}).encode()
     headers = [(b"content-type", b"application/json")]
     await send({"type": "http.response.start", "status": 403, "headers": headers})
     await send({"type": "http.response.body", "body": body})

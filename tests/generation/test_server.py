@@ -1,6 +1,8 @@
 """Server-mode rules without a server: which sync 'auto' picks, and the preflight refusals, each naming the setting
 and the fix (the real server: tests/training/vllm/test_vllm_server.py)."""
 
+import sys
+
 import pytest
 
 from grpo_hub.generation import server
@@ -162,3 +164,25 @@ def test_merged_syncs_need_the_servers_own_sync_folder(tmp_path):
     ):
         server.sync_folder(str(tmp_path), None, needs_served=True)
     assert server.sync_folder(str(tmp_path), str(tmp_path.resolve()), needs_served=True) == tmp_path.resolve()
+
+
+def test_without_vllm_or_requests_use_vllm_is_still_the_one_line(tmp_path, monkeypatch):
+    """Issue 73: `requests` (the server client's) is imported only where a request is made, so a trainer refused
+    before it reaches a server (here: no vLLM) says the one line, not a traceback, on a machine without requests."""
+    import importlib.util
+
+    from grpo_hub.training.trainer import GRPOHubTrainer
+    from tests.helpers import tiny_config
+
+    monkeypatch.setitem(sys.modules, "requests", None)  # `import requests` now raises ModuleNotFoundError
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    args = tiny_config(tmp_path, use_vllm=True, vllm_mode="server")
+    with pytest.raises(ValueError, match=r"^`use_vllm`: training with vLLM needs vLLM.*Fix: pip install"):
+        GRPOHubTrainer("unused: refused before the model loads", reward_funcs=[len], args=args)
+    with server.http_sync_client("auto"):  # the client class itself is built without requests
+        from trl.generation import vllm_generation
+
+        assert vllm_generation.VLLMClient.over_http

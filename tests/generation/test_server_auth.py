@@ -5,6 +5,7 @@ import asyncio
 import itertools
 import json
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -117,6 +118,75 @@ def test_collective_rpc_takes_only_the_worker_methods_a_trainer_calls(monkeypatc
             assert reached is None and sent[0]["status"] == 403, (body, path)
             answer = json.loads(sent[1]["body"])["error"]
             assert f"method {named}" in answer and "grpo_hub_reload_weights, " in answer, answer
+
+
+def test_a_lora_adapter_loads_only_from_inside_the_sync_folder(tmp_path, monkeypatch):
+    """Issue 73: vLLM's /v1/load_lora_adapter (runtime LoRA updating, which `grpo-hub vllm-serve` turns on) reads the
+    folder its `lora_path` names; the middleware lets through only an absolute path inside the sync folder, after
+    resolving symlinks and `..`, and refuses any other with 403 naming the path and the folder."""
+    folder, outside = tmp_path / "sync", tmp_path / "other"
+    for made in (folder / "adapter-1", folder / "sub", outside / "evil"):
+        made.mkdir(parents=True)
+    (folder / "link").symlink_to(outside / "evil")
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(server_auth.SYNC_DIR_ENV, str(folder))
+    monkeypatch.chdir(folder)  # a relative path is refused even where it would resolve inside
+    for inside in (folder / "adapter-1", folder / "sub" / ".." / "adapter-1", folder / "not-yet-written"):
+        body = json.dumps({"lora_name": "a", "lora_path": str(inside)}).encode()
+        for path, root_path in (("/v1/load_lora_adapter", ""), ("/api/v1/load_lora_adapter", "/api")):
+            assert rpc(body, path, root_path) == (body, []), (
+                inside
+            )  # the app reads the body it was sent, whole
+    escapes = [str(outside / "evil"), str(folder / ".." / "other" / "evil"), str(folder / "link"), str(folder),
+               "/etc", "adapter-1", "./adapter-1", "~/adapter", "someone/lora-on-the-hub", "", None, ["/x"]]  # fmt: skip
+    bodies = [(json.dumps({"lora_name": "a", "lora_path": path}).encode(), path) for path in escapes]
+    bodies += [(json.dumps({"lora_name": "a"}).encode(), None), (b"not json", None), (b"", None),
+               (b'{"lora_path": "%s", "lora_path": "/etc"}' % str(folder / "adapter-1").encode(), "/etc")]  # fmt: skip
+    for body, named in bodies:
+        for path, root_path in (("/v1/load_lora_adapter", ""), ("/api/v1/load_lora_adapter", "/api")):
+            reached, sent = rpc(body, path, root_path)
+            assert reached is None and sent[0]["status"] == 403, (body, path)
+            answer = json.loads(sent[1]["body"])["error"]
+            assert f"refused to load {named!r}" in answer, answer
+            assert f"loads weights only from {folder.resolve()}" in answer, answer
+    monkeypatch.delenv(server_auth.SYNC_DIR_ENV)
+    body = json.dumps({"lora_name": "a", "lora_path": str(folder / "adapter-1")}).encode()
+    reached, sent = rpc(body, "/v1/load_lora_adapter")
+    assert reached is None and sent[0]["status"] == 403 and b"started without one" in sent[1]["body"]
+
+
+def test_the_trainers_adapter_sync_and_its_probe_pass_the_guard(tmp_path, monkeypatch):
+    """What grpo_hub's own 'adapter' sync posts to /v1/load_lora_adapter (`ServerAdapterSync`, a fresh folder under the
+    sync folder) and the probe of the route before training (a missing adapter inside the sync folder) reach vLLM."""
+    folder = tmp_path / "sync"
+    folder.mkdir()
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(server_auth.SYNC_DIR_ENV, str(folder))
+    reached = []
+
+    def post(path, payload):
+        """The guarded server: /collective_rpc names the sync folder; other routes record what reached them."""
+        if path == "/collective_rpc":
+            return 200, {"results": [str(folder.resolve())]}
+        body = json.dumps(payload).encode()
+        got, sent = rpc(body, path)
+        if got is None:
+            return sent[0]["status"], json.loads(sent[1]["body"])
+        reached.append((path, json.loads(got)["lora_path"]))
+        return 200, {}
+
+    status, body = server.lora_route_probe(post)
+    assert status == 200 and reached == [
+        ("/v1/load_lora_adapter", str(folder.resolve() / "grpo-hub-probe-absent"))
+    ]
+    client = SimpleNamespace(post=post, call=lambda path, payload: post(path, payload)[1], model=None)
+    model = SimpleNamespace(peft_config={"default": SimpleNamespace(to_dict=dict, target_modules={"q_proj"})})
+    sync = server.ServerAdapterSync(client, folder, True, model=model, adapter="default", gather_params=None)
+    sync.send({})
+    (loaded,) = reached[1:]
+    assert (
+        loaded[0] == "/v1/load_lora_adapter" and Path(loaded[1]).parent == folder and Path(loaded[1]).is_dir()
+    )
 
 
 def test_the_allow_list_is_the_worker_extensions_methods():

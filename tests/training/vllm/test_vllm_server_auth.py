@@ -108,3 +108,53 @@ def test_with_the_token_a_worker_method_a_trainer_does_not_call_is_refused(vllm_
     asked = requests.post(f"{base_url}/collective_rpc", json={"method": server.SYNC_DIR_METHOD},
                           headers=auth_headers(token), timeout=RUN_LIMIT_S)  # fmt: skip
     assert asked.status_code == 200  # a method the trainer calls still runs
+
+
+def test_with_the_token_a_lora_adapter_loads_only_from_inside_the_sync_folder(vllm_server, tmp_path):
+    """Issue 73: vLLM's /v1/load_lora_adapter (runtime LoRA updating, on in a grpo_hub server) reads the folder its
+    `lora_path` names; an adapter outside the sync folder (a path outside, a `..` escape, a symlink inside pointing
+    out, a relative path) answers 403 naming the path and the folder and is never served; the same adapter inside it
+    loads."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base_url, token, sync_dir = (
+        vllm_server.base_url,
+        vllm_server.env[TOKEN_ENV],
+        vllm_server.env[SYNC_DIR_ENV],
+    )
+    before = served_logprobs(base_url, token)
+    adapter = tmp_path / "adapter"  # a real adapter of the served model, outside the sync folder
+    model = AutoModelForCausalLM.from_pretrained(chain_model_path(), dtype=torch.float32)
+    get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"])).save_pretrained(adapter)
+    link = f"{sync_dir}/link-{tmp_path.name}"
+    os.symlink(adapter, link)
+
+    def load(name: str, path: str):
+        return requests.post(f"{base_url}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path},
+                             headers=auth_headers(token), timeout=RUN_LIMIT_S)  # fmt: skip
+
+    def served() -> set[str]:
+        answer = requests.get(f"{base_url}/v1/models", headers=auth_headers(token), timeout=RUN_LIMIT_S)
+        return {entry["id"] for entry in answer.json()["data"]}
+
+    try:
+        escapes = (str(adapter), os.path.join(sync_dir, os.path.relpath(adapter, sync_dir)), link, "adapter")
+        for k, path in enumerate(escapes):
+            answer = load(f"outside-{k}", path)
+            assert answer.status_code == 403, (path, answer.text)
+            assert f"refused to load {path!r}" in answer.text and f"only from {sync_dir}" in answer.text, (
+                answer.text
+            )
+        assert not any(name.startswith("outside-") for name in served())
+        inside = f"{sync_dir}/adapter-{tmp_path.name}"
+        shutil.copytree(adapter, inside)
+        answer = load("inside", inside)
+        assert answer.status_code == 200 and "inside" in served(), answer.text
+        unloaded = requests.post(f"{base_url}/v1/unload_lora_adapter", json={"lora_name": "inside"},
+                                 headers=auth_headers(token), timeout=RUN_LIMIT_S)  # fmt: skip
+        assert unloaded.status_code == 200, unloaded.text
+    finally:
+        os.unlink(link)
+        shutil.rmtree(f"{sync_dir}/adapter-{tmp_path.name}", ignore_errors=True)
+    assert served_logprobs(base_url, token) == before
