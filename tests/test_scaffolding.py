@@ -1,12 +1,24 @@
 """Test modules share scaffolding through helper modules only: no module under tests/ imports a `test_*.py`
 module (read from the AST, imports inside functions and relative imports included). Every worker script the
-distributed tests launch ends its ranks' process group (`worker_common.end_ranks`) as its last act."""
+distributed tests launch ends its ranks' process group (`worker_common.end_ranks`) as its last act. Every
+third-party module the project or its tests import is a distribution pyproject.toml declares, so a package the
+machine happens to have never hides a missing one."""
 
 import ast
+import importlib.metadata
+import re
+import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 WORKER_COMMON = "tests.training.distributed.worker_common"
+FIRST_PARTY = frozenset({"grpo_hub", "spaces_app", "recipes", "tests", "benchmarks"})
+# what each part of the checkout may import: the package, its Space app and recipes any declared distribution (the
+# core dependencies, or an extra for an optional feature); the tests those and the dev extra too
+SHIPPED, TESTED = ("grpo_hub", "spaces_app", "recipes"), ("tests",)
 
 
 def imported_names(path: Path, root: Path) -> list[tuple[int, str]]:
@@ -96,3 +108,74 @@ def test_the_worker_check_reads_the_main_block(tmp_path):
     (wing / "leaves.py").write_text(header + "if __name__ == '__main__':\n    end_ranks()\n    main()\n")
     (wing / "not_a_worker.py").write_text("if __name__ == '__main__':\n    main()\n")
     assert workers_that_leave_their_ranks(tmp_path / "tests") == ["tests/wing/leaves.py"]
+
+
+def normalized(name: str) -> str:
+    """A distribution name in PEP 503's normal form ('PyYAML' -> 'pyyaml', 'math_verify' -> 'math-verify')."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared_distributions(pyproject: dict, extras_left_out=()) -> set[str]:
+    """Normalized names of the distributions `pyproject` (parsed) declares: its dependencies and every extra's, but
+    `extras_left_out`'s."""
+    from packaging.requirements import Requirement
+
+    project = pyproject["project"]
+    groups = [project["dependencies"]]
+    groups += [
+        reqs for extra, reqs in project["optional-dependencies"].items() if extra not in extras_left_out
+    ]
+    return {normalized(Requirement(req).name) for reqs in groups for req in reqs}
+
+
+def undeclared_imports(roots, declared: set[str], distributions: dict[str, list[str]]) -> list[str]:
+    """'file:line imports <module> (distribution ...)' for each import under `roots` (lazy ones included) of a module
+    outside the standard library and this checkout (FIRST_PARTY, each root) whose distributions (`distributions`: module -> names, as
+    `importlib.metadata.packages_distributions()`; the module's own name when it is not installed) are not declared."""
+    problems = []
+    for root in roots:
+        for path, imports in imports_by_file(root):
+            for line, name in imports:
+                module = name.split(".")[0]
+                if module in sys.stdlib_module_names or module in FIRST_PARTY | {root.name}:
+                    continue
+                names = distributions.get(module, [module])
+                if not declared & {normalized(n) for n in names}:
+                    where = path.relative_to(root.parent)
+                    problems.append(f"{where}:{line} imports {module} (distribution {', '.join(names)})")
+    return sorted(set(problems))
+
+
+def test_every_imported_third_party_module_is_declared():
+    """Issue 73: `requests` was imported and declared nowhere; CI passed only because the machine's Python had it."""
+    tomllib = pytest.importorskip("tomllib", reason="Python >= 3.11 reads pyproject.toml")
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    distributions = importlib.metadata.packages_distributions()
+    problems = undeclared_imports(
+        [ROOT / r for r in SHIPPED], declared_distributions(pyproject, ["dev"]), distributions
+    )
+    problems += undeclared_imports(
+        [ROOT / r for r in TESTED], declared_distributions(pyproject), distributions
+    )
+    assert not problems, (
+        "declare each in pyproject.toml (dependencies, or the extra that needs it):\n" + "\n".join(problems)
+    )
+
+
+def test_the_declaration_check_maps_modules_to_distributions(tmp_path):
+    wing = tmp_path / "pkg"
+    wing.mkdir()
+    (wing / "a.py").write_text(
+        "import os, yaml\nfrom . import b\nimport pkg.b\nimport tests.helpers\n"
+        "def f():\n    import requests.adapters\n    from absent_thing import x\n"
+    )
+    pyproject = {"project": {"dependencies": ["PyYAML>=6"], "optional-dependencies": {"dev": ["requests"]}}}
+    distributions = {"yaml": ["PyYAML"], "requests": ["requests"]}
+    found = undeclared_imports([wing], declared_distributions(pyproject, ["dev"]), distributions)
+    assert found == [
+        "pkg/a.py:6 imports requests (distribution requests)",
+        "pkg/a.py:7 imports absent_thing (distribution absent_thing)",
+    ]
+    assert undeclared_imports([wing], declared_distributions(pyproject), distributions) == [
+        "pkg/a.py:7 imports absent_thing (distribution absent_thing)"
+    ]
