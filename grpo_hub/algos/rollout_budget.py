@@ -22,8 +22,15 @@ marginal allocation -- every prompt starts at `low`, each further unit goes to t
 Delta -- is then exactly optimal (Gross 1956; Fox 1966, "Discrete optimization via marginal analysis"), in
 O((total - len * low) log len) with a heap instead of the DP's O(len * total * high).
 
-Estimates of p come from `success_estimates` (the posterior mean of a Beta prior): with a prior mean strictly inside
-(0, 1) and a positive prior strength no estimate is exactly 0 or 1, so no prompt's value is identically zero.
+Outcomes: Knapsack RL's p is a pass rate under binary rewards. A completion counts as solved when its reward reaches a
+fixed threshold (`group_outcomes`): its class depends on its own reward only, never on the other rewards seen, so the
+history counts alike from the first batch on (an all-right first batch is all solved) however the range of rewards
+grows, and a reward of correctness (0 or 1) plus partial credit below 1 (0.5 x a step share) is solved exactly when
+the answer is right at a threshold of 1.
+
+Estimates of p come from `success_estimates` (the posterior mean of a Beta prior) centred on `succession_rate` (a
+rate under a uniform prior, strictly inside (0, 1)): with a prior mean strictly inside (0, 1) and a positive prior
+strength no estimate is exactly 0 or 1, so no prompt's value is identically zero.
 
 Objectives (`OBJECTIVES`): "knapsack" is the value above; "signal" drops the InfoGain weight and maximises the
 expected number of groups with both outcomes, sum_i P_nonzero(p_i, N_i): Knapsack RL's "effective gradient ratio"
@@ -169,3 +176,34 @@ def success_estimates(
             raise ValueError(f"prompt {i}: need finite 0 <= successes <= trials, got {s!r} of {n!r}")
         out.append(prior_mean if n == 0 else (s + prior_strength * prior_mean) / (n + prior_strength))
     return out
+
+
+def group_outcomes(rewards: Sequence[float], sizes: Sequence[int], threshold: float) -> list[tuple[int, int]]:
+    """(solved, scored) of each group of `sizes` consecutive `rewards` (a 1-D tensor or any sequence of numbers):
+    scored counts its rewards that are not NaN (an unscorable completion counts for nothing), solved those at least
+    `threshold`. Knapsack RL (arXiv:2509.25849) and Reinforce-Ada (arXiv:2510.04996) count a completion as a success
+    when its binary reward is 1; a fixed threshold extends that to any reward without looking at the others.
+    Raises ValueError when the sizes do not sum to the number of rewards or a size is negative, or when the
+    threshold is not finite."""
+    rewards = [float(r) for r in rewards]
+    threshold = float(threshold)
+    if not math.isfinite(threshold):
+        raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+    if any(size < 0 for size in sizes) or sum(sizes) != len(rewards):
+        raise ValueError(f"group sizes {list(sizes)} do not split {len(rewards)} rewards")
+    outcomes, start = [], 0
+    for size in sizes:
+        group = [r for r in rewards[start : start + size] if not math.isnan(r)]
+        outcomes.append((sum(r >= threshold for r in group), len(group)))
+        start += size
+    return outcomes
+
+
+def succession_rate(successes: float, trials: float) -> float:
+    """(s + 1) / (n + 2): the posterior mean of a success rate under a uniform Beta(1, 1) prior (Laplace's rule of
+    succession). 1/2 with no trials, and strictly inside (0, 1) for any 0 <= s <= n, where the plain rate s / n is 0
+    or 1 after a run of one outcome. Raises ValueError unless 0 <= s <= n and both are finite."""
+    s, n = float(successes), float(trials)
+    if not (math.isfinite(s) and math.isfinite(n)) or not 0.0 <= s <= n:
+        raise ValueError(f"need finite 0 <= successes <= trials, got {s!r} of {n!r}")
+    return (s + 1.0) / (n + 2.0)

@@ -333,7 +333,12 @@ FEATURES = (
         checks=(checks.check_rollout_budget,),
         dependents=(
             Dependents(
-                ("rollout_budget_min", "rollout_budget_max", "rollout_budget_column"),
+                (
+                    "rollout_budget_min",
+                    "rollout_budget_max",
+                    "rollout_budget_column",
+                    "rollout_budget_success_threshold",
+                ),
                 "rollout_budget='knapsack' or 'signal'",
                 lambda c: is_on("rollout_budget", c),
             ),

@@ -356,6 +356,17 @@ class GRPOHubConfig(GRPOConfig):
             "the mean completions per prompt (rollout_budget/completions/<value>). None: the run's rate only."
         },
     )
+    rollout_budget_success_threshold: float = field(
+        default=1.0,
+        metadata={
+            "help": "A completion counts as solved, in the prompts' success estimates, when its reward (the weighted "
+            "sum of the reward functions, as TRL's advantages see it) is at least this: a fixed threshold, so the "
+            "history counts alike from the first batch on. 1.0: a right answer under a 0/1 correctness reward, also "
+            "with partial credit below 1 beside it (chain-steps.yaml: correctness + 0.5 x steps). Set it to a value "
+            "every right answer reaches and no wrong one does; rollout_budget/frac_solved logs the share counted "
+            "solved."
+        },
+    )
 
     # --- Multi-turn credit (grpo_hub/training/turns.py) ---
     turn_advantages: str | None = field(

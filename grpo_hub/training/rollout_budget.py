@@ -5,13 +5,14 @@ The rule is `grpo_hub.algos.rollout_budget`; this module decides what it is give
 - `RolloutBudgets.assign(inputs)`: gathers the generation batch of every rank (TRL's RepeatSampler puts each prompt
   `num_generations` times in a row; rank k holds rows [k·n, (k+1)·n)), estimates each prompt's success rate from its
   earlier groups (`success_estimates`: a Beta prior centred on the success rate of every completion scored so far,
-  `PRIOR_STRENGTH` completions strong, so a prompt never seen gets that rate), shares the batch's rows out among its
+  itself under a uniform prior (`succession_rate`, never 0 or 1), `PRIOR_STRENGTH` completions strong, so a prompt
+  never seen gets that rate), shares the batch's rows out among its
   prompts (`allocate_budgets`, each within [rollout_budget_min, rollout_budget_max]) and returns this rank's rows:
   the same number as given, each prompt's row repeated its budget times, prompts in their order. A group may span
   two ranks: TRL gathers rewards over all ranks and the advantages are computed over all of them (`sizes`).
 - `RolloutBudgets.record(rewards)`: the gathered rewards of the batch just scored update each prompt's history. A
-  completion counts as solved when its reward lies in the upper half of the rewards seen so far (the rule
-  `algos.advantages.zero_signal_kinds` uses for an all-max group); unscorable (NaN) rewards count for nothing.
+  completion counts as solved when its reward is at least `rollout_budget_success_threshold` (`group_outcomes`: a
+  fixed threshold, so early and late history count alike); unscorable (NaN) rewards count for nothing.
 - `checkpointed(budgets)`: the history in every checkpoint, restored on resume.
 
 With every estimate equal (the first step, or `rollout_budget_min == rollout_budget_max == num_generations`) every
@@ -21,13 +22,13 @@ budget is `num_generations`: TRL's batch, row for row.
 from __future__ import annotations
 
 import copy
-import math
 import statistics
 
 import torch
 
 from grpo_hub.algos.advantages import zero_signal_mask
-from grpo_hub.algos.rollout_budget import allocate_budgets, success_estimates
+from grpo_hub.algos.rollout_budget import allocate_budgets, group_outcomes, success_estimates, succession_rate
+from grpo_hub.errors import field_message
 from grpo_hub.training.checkpoint_state import CheckpointedState
 from grpo_hub.training.selective_rollout import prompt_id
 
@@ -44,19 +45,24 @@ class RolloutBudgets:
     """Per-prompt budgets of the generation batch being scored, and every prompt's outcomes so far.
 
     Narrow inputs from the trainer: `gather_objects` (list of this rank -> lists of all ranks concatenated), this
-    `rank`, `group_size` (num_generations), the `objective`, the bounds, the dataset `column` and its train `metrics`.
+    `rank`, `group_size` (num_generations), the `objective`, the bounds, the dataset `column`, the reward at which a
+    completion counts as solved (`threshold`) and its train `metrics`.
     """
 
     def __init__(
         self, *, gather_objects, rank: int, group_size: int, objective: str, low: int, high: int | None,
-        column: str | None, metrics,
+        column: str | None, threshold: float, metrics,
     ):  # fmt: skip
         self.gather_objects, self.rank, self.metrics = gather_objects, rank, metrics
-        self.group_size, self.objective, self.column = group_size, objective, column
+        self.group_size, self.objective, self.column, self.threshold = (
+            group_size,
+            objective,
+            column,
+            threshold,
+        )
         self.low, self.high = low, high or DEFAULT_MAX_GROUPS * group_size
         self.history: dict[int, list[float]] = {}  # prompt id -> [solved, scored] completions
         self.column_history: dict = {}  # `column` value -> [solved, scored] completions
-        self.reward_range = (math.inf, -math.inf)  # lowest / highest reward seen
         self.sizes: list[int] | None = None  # group sizes of the batch being scored (all ranks, row order)
         self._ids: list[int] = []  # prompt ids of those groups
         self._labels: list = []  # their `column` values (None without a column)
@@ -65,19 +71,18 @@ class RolloutBudgets:
     def from_config(cls, args, **wiring) -> RolloutBudgets:
         return cls(
             objective=args.rollout_budget, low=args.rollout_budget_min, high=args.rollout_budget_max,
-            column=args.rollout_budget_column, **wiring,
+            column=args.rollout_budget_column, threshold=args.rollout_budget_success_threshold, **wiring,
         )  # fmt: skip
 
     def estimates(self, ids: list[int], labels: list) -> list[float]:
-        """Each prompt's estimated success rate (`success_estimates`): the prior is the success rate of its `column`
-        value's completions so far, else of every completion (0.5 before any)."""
-        solved, scored = (sum(h[i] for h in self.history.values()) for i in (0, 1))
-        run_rate = solved / scored if scored else 0.5
+        """Each prompt's estimated success rate (`success_estimates`): the prior is the success rate
+        (`succession_rate`) of its `column` value's completions so far, else of every completion (0.5 before any)."""
+        run_rate = succession_rate(*(sum(h[i] for h in self.history.values()) for i in (0, 1)))
         estimates = []
         for prompt, label in zip(ids, labels, strict=True):
             seen = self.history.get(prompt, [0.0, 0.0])
             label_solved, label_scored = self.column_history.get(label, [0.0, 0.0])
-            prior = label_solved / label_scored if label_scored else run_rate
+            prior = succession_rate(label_solved, label_scored) if label_scored else run_rate
             estimates += success_estimates([seen[0]], [seen[1]], prior, PRIOR_STRENGTH)
         return estimates
 
@@ -108,24 +113,15 @@ class RolloutBudgets:
         computed its logged group statistics over `num_generations` rows at a time: with ragged groups its
         `frac_reward_zero_std` and its logged advantages (`logged_advantages`, TRL's deque) are replaced by each
         group's own (`advantages`: all ranks' rows, as recomputed)."""
-        scored = rewards[~torch.isnan(rewards)]
-        if scored.numel():
-            low, high = self.reward_range
-            self.reward_range = (min(low, scored.min().item()), max(high, scored.max().item()))
-        low, high = self.reward_range
-        solved = ((rewards - low) >= (high - rewards)) & (high > low)  # NaN compares False
-        start = 0
-        for prompt, label, size in zip(self._ids, self._labels, self.sizes, strict=True):
-            group = slice(start, start + size)
-            outcome = (float(solved[group].sum()), float((~torch.isnan(rewards[group])).sum()))
+        outcomes = group_outcomes(rewards.tolist(), self.sizes, self.threshold)
+        for prompt, label, outcome in zip(self._ids, self._labels, outcomes, strict=True):
             for entry in (
                 self.history.setdefault(prompt, [0.0, 0.0]),
                 self.column_history.setdefault(label, [0.0, 0.0]),
             ):
                 entry[0] += outcome[0]
                 entry[1] += outcome[1]
-            start += size
-        self._log(rewards)
+        self._log(rewards, outcomes)
         if len(set(self.sizes)) > 1:
             self.metrics["frac_reward_zero_std"][-1] = float(
                 zero_signal_mask(rewards, self.sizes).double().mean()
@@ -134,8 +130,13 @@ class RolloutBudgets:
                 logged_advantages.pop()
             logged_advantages.extend(advantages.tolist())
 
-    def _log(self, rewards: torch.Tensor) -> None:
+    def _log(self, rewards: torch.Tensor, outcomes: list[tuple[int, int]]) -> None:
         sizes, metrics = self.sizes, self.metrics
+        scored = sum(outcome[1] for outcome in outcomes)
+        if (
+            scored
+        ):  # the share of the batch's completions counted solved (0 or 1 every step: check the threshold)
+            metrics["rollout_budget/frac_solved"].append(sum(outcome[0] for outcome in outcomes) / scored)
         metrics["rollout_budget/min"].append(float(min(sizes)))
         metrics["rollout_budget/max"].append(float(max(sizes)))
         metrics["rollout_budget/std"].append(statistics.pstdev(sizes))
@@ -152,13 +153,25 @@ class RolloutBudgets:
         return {
             "history": dict(self.history),
             "column_history": dict(self.column_history),
-            "reward_range": list(self.reward_range),
+            "success_threshold": self.threshold,
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """The history of `state_dict`. A history counted at another threshold is refused (its counts cannot be
+        re-made: the rewards are not kept); one saved before the threshold (with a `reward_range`: solved meant the
+        upper half of the rewards seen) loads its counts as they were."""
+        saved = state.get("success_threshold", self.threshold)
+        if saved != self.threshold:
+            raise ValueError(
+                field_message(
+                    "rollout_budget_success_threshold",
+                    f"is {self.threshold}, but the resumed checkpoint's history counted a completion solved at "
+                    f"{saved}.",
+                    f"resume with rollout_budget_success_threshold={saved}.",
+                )
+            )
         self.history = {int(k): [float(x) for x in v] for k, v in state["history"].items()}
         self.column_history = {k: [float(x) for x in v] for k, v in state["column_history"].items()}
-        self.reward_range = tuple(state["reward_range"])
 
 
 def _label(row: dict, column: str):

@@ -260,3 +260,75 @@ def test_success_estimates_edge_cases():
 def test_success_estimates_reject_bad_inputs(successes, trials, mean, strength):
     with pytest.raises(ValueError):
         rb.success_estimates(successes, trials, mean, strength)
+
+
+def naive_outcomes(rewards: list[float], sizes: list[int], threshold: float) -> list[tuple[int, int]]:
+    """Walk the rows one at a time, moving to the next group when the current one is full."""
+    group, left = 0, list(sizes)
+    counts = [[0, 0] for _ in sizes]
+    for reward in rewards:
+        while left[group] == 0:
+            group += 1
+        left[group] -= 1
+        if reward == reward:  # not NaN
+            counts[group][1] += 1
+            counts[group][0] += reward >= threshold
+    return [tuple(c) for c in counts]
+
+
+def test_group_outcomes_match_a_row_by_row_count_on_random_inputs():
+    """Random ragged groups (empty ones included), rewards on a coarse grid so that many equal the threshold, NaNs."""
+    rng = random.Random(0)
+    for _ in range(1000):
+        sizes = [rng.randint(0, 6) for _ in range(rng.randint(1, 6))]
+        grid = [-1.0, 0.0, 0.25, 0.5, 1.0, 1.25, 1.5, math.nan]
+        rewards = [rng.choice(grid) for _ in range(sum(sizes))]
+        threshold = rng.choice([-1.0, 0.0, 0.5, 1.0, 1.5, 2.0, rng.uniform(-2, 2)])
+        assert rb.group_outcomes(rewards, sizes, threshold) == naive_outcomes(rewards, sizes, threshold)
+        assert rb.group_outcomes(torch.tensor(rewards), sizes, threshold) == naive_outcomes(
+            rewards, sizes, threshold
+        )
+
+
+def test_a_completions_class_depends_on_its_own_reward_only():
+    """The two bug cases of a threshold read from the rewards seen: an all-right batch (every reward 1.0) is all solved;
+    correctness + 0.5 x step credit is solved exactly when right, whatever else the batch holds."""
+    assert rb.group_outcomes([1.0] * 8, [4, 4], 1.0) == [(4, 4), (4, 4)]
+    assert rb.group_outcomes([0.0] * 8, [4, 4], 1.0) == [(0, 4), (0, 4)]
+    steps = [0.0, 0.25, 0.5, 0.75, 1.0]
+    right = [1.0 + 0.5 * s for s in steps]
+    wrong = [0.5 * s for s in steps]
+    assert rb.group_outcomes(wrong, [5], 1.0) == [(0, 5)]  # only wrong answers so far, credit up to 0.5
+    assert rb.group_outcomes(right + wrong, [5, 5], 1.0) == [(5, 5), (0, 5)]
+
+
+@pytest.mark.parametrize(
+    ("rewards", "sizes", "threshold", "match"),
+    [
+        ([1.0, 0.0], [1], 1.0, "do not split 2 rewards"),
+        ([1.0, 0.0], [3, -1], 1.0, "do not split"),
+        ([1.0], [1], math.nan, "finite"),
+        ([1.0], [1], math.inf, "finite"),
+    ],
+)
+def test_group_outcomes_reject_bad_inputs(rewards, sizes, threshold, match):
+    with pytest.raises(ValueError, match=match):
+        rb.group_outcomes(rewards, sizes, threshold)
+
+
+def test_succession_rate_is_the_uniform_prior_posterior_mean_and_never_0_or_1():
+    assert rb.succession_rate(0, 0) == 0.5
+    assert rb.succession_rate(8, 8) == 9 / 10 and rb.succession_rate(0, 8) == 1 / 10
+    rng = random.Random(1)
+    for _ in range(1000):
+        trials = rng.choice([0, 1, 4, 8, rng.randint(0, 10**6)])
+        successes = rng.choice([0, trials, rng.randint(0, trials)])
+        rate = rb.succession_rate(successes, trials)
+        assert 0.0 < rate < 1.0 and rate == pytest.approx((successes + 1) / (trials + 2))
+        # the estimates built on it stay inside (0, 1) too, for prompts never, always and sometimes solved
+        seen = [0, trials, successes]
+        for p in rb.success_estimates(seen, [trials] * 3, rate, 2.0):
+            assert 0.0 < p < 1.0
+    for successes, trials in [(-1, 4), (5, 4), (math.nan, 4), (0, math.inf)]:
+        with pytest.raises(ValueError, match="successes <= trials"):
+            rb.succession_rate(successes, trials)

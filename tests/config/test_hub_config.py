@@ -206,6 +206,7 @@ EFFECTIVE = {
     "rollout_budget_min": (3, {"rollout_budget": "knapsack"}),
     "rollout_budget_max": (16, {"rollout_budget": "knapsack"}),
     "rollout_budget_column": ("level", {"rollout_budget": "knapsack"}),
+    "rollout_budget_success_threshold": (0.5, {"rollout_budget": "knapsack"}),
     "shared_prompts": (True, {"padding_free": True}),
     "shared_prompts_whole_groups": (
         True,

@@ -260,6 +260,11 @@ INVALID = [
     ("rollout_budget_max", {"rollout_budget_max": 16}),  # feature off
     ("rollout_budget_column", {"rollout_budget_column": "level"}),  # feature off
     (
+        "rollout_budget_success_threshold",
+        {"rollout_budget": "knapsack", "rollout_budget_success_threshold": math.inf},
+    ),
+    ("rollout_budget_success_threshold", {"rollout_budget_success_threshold": 0.5}),  # feature off
+    (
         "selective_rollout_target_zero_frac",
         {"selective_rollout": True, "selective_rollout_target_zero_frac": 1.5},
     ),

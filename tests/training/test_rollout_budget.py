@@ -22,6 +22,7 @@ def budgets(rank: int, ranks_rows: list[list], **overrides) -> RolloutBudgets:
         "high": None,
         "column": "level",
         "group_size": 4,
+        "threshold": 1.0,
         **overrides,
     }
     return RolloutBudgets(
@@ -61,13 +62,13 @@ def test_equal_estimates_give_every_prompt_num_generations():
 
 
 def test_a_prompt_never_seen_starts_from_its_columns_success_rate():
-    """rollout_budget_column: a new level-4 prompt starts at level 4's rate (1 in 40), a new level-1 prompt at level 1's
-    (30 in 40); without the column both start at the run's rate."""
+    """rollout_budget_column: a new level-4 prompt starts at level 4's rate (1 in 40, under a uniform prior: 2 in 42), a
+    new level-1 prompt at level 1's (30 in 40: 31 in 42); without the column both start at the run's rate."""
     owner = budgets(0, [])
     owner.column_history = {4: [1.0, 40.0], 1: [30.0, 40.0]}
     owner.history = {7: [1.0, 40.0], 8: [30.0, 40.0]}  # the prompts seen so far
-    assert owner.estimates([1, 2], [4, 1]) == [1 / 40, 30 / 40]
-    assert owner.estimates([1, 2], [None, None]) == [31 / 80, 31 / 80]
+    assert owner.estimates([1, 2], [4, 1]) == [2 / 42, 31 / 42]
+    assert owner.estimates([1, 2], [None, None]) == [32 / 82, 32 / 82]
 
 
 def test_rows_that_are_not_groups_of_one_prompt_are_refused():
@@ -94,13 +95,89 @@ def test_record_counts_solved_completions_and_logs_each_groups_own_statistics():
     metrics = owner.metrics
     assert (metrics["rollout_budget/min"], metrics["rollout_budget/max"]) == ([2.0], [3.0])
     assert metrics["rollout_budget/frac_groups_with_signal"] == [1 / 3]
+    assert metrics["rollout_budget/frac_solved"] == [3 / 7]  # the NaN counts for nothing
     assert metrics["rollout_budget/completions/1"] == [2.0] and metrics["rollout_budget/completions/4"] == [
         3.0
     ]
 
 
+def scored(owner: RolloutBudgets, prompts: list[str], rewards: list[float]) -> None:
+    """`owner` assigns the batch of `prompts` (groups of 4: `owner` holds every budget at 4) and records `rewards`."""
+    rows = rows_of(prompts)
+    owner.assign(rows)
+    assert owner.sizes == [4] * len(prompts)
+    rewards = torch.tensor(rewards)
+    owner.record(rewards, group_advantages(rewards, owner.sizes), deque())
+
+
+def test_an_all_correct_first_batch_counts_every_completion_solved_and_no_estimate_reaches_1():
+    """Every reward of the first batch 1.0 (all right): each completion is solved, and the estimates stay inside
+    (0, 1): the prior is never exactly 0 or 1, so no prompt's value is identically zero."""
+    owner = budgets(0, [rows_of(["a 1", "b 1"])], low=4, high=4)
+    scored(owner, ["a 1", "b 1"], [1.0] * 8)
+    ids = [prompt_id({"prompt": p}, None) for p in ("a 1", "b 1")]
+    assert owner.history == {ids[0]: [4.0, 4.0], ids[1]: [4.0, 4.0]} and owner.column_history == {
+        1: [8.0, 8.0]
+    }
+    seen_and_new = owner.estimates([*ids, 99], [1, 1, 2])
+    assert all(0.5 < p < 1.0 for p in seen_and_new), seen_and_new
+
+
+def test_an_all_wrong_first_batch_keeps_every_estimate_above_0():
+    owner = budgets(0, [rows_of(["a 1", "b 1"])], low=4, high=4)
+    scored(owner, ["a 1", "b 1"], [0.0] * 8)
+    assert all(0.0 < p < 0.5 for p in owner.estimates([prompt_id({"prompt": "a 1"}, None), 99], [1, 2]))
+
+
+def test_the_history_counts_solved_alike_however_the_reward_range_grows():
+    """Correctness + 0.5 x step credit (chain-steps.yaml): a right answer scores 1.0-1.5, a wrong one 0-0.5. A first
+    batch of wrong answers with partial credit solves nothing, and the history is the same in either batch order."""
+    batches = [
+        [0.0, 0.25, 0.5, 0.5, 0.0, 0.0, 0.25, 0.0],  # all wrong: the range so far is [0, 0.5]
+        [1.5, 1.25, 0.5, 0.0, 1.0, 0.0, 0.25, 0.5],  # right answers arrive: [0, 1.5]
+    ]
+    histories = []
+    for order in (batches, batches[::-1]):
+        owner = budgets(0, [rows_of(["a 1", "b 1"])], low=4, high=4)
+        for rewards in order:
+            scored(owner, ["a 1", "b 1"], rewards)
+        histories.append(owner.history)
+    ids = [prompt_id({"prompt": p}, None) for p in ("a 1", "b 1")]
+    assert histories[0] == histories[1] == {ids[0]: [2.0, 8.0], ids[1]: [1.0, 8.0]}
+
+
+def test_the_history_round_trips_through_its_state_and_a_state_of_another_threshold_is_refused():
+    owner = budgets(0, [rows_of(["a 1", "b 2"])], low=4, high=4)
+    scored(owner, ["a 1", "b 2"], [1.0, 0.0, 1.5, 0.5, 0.0, 0.0, 1.0, float("nan")])
+    state = owner.state_dict()
+    restored = budgets(0, [])
+    restored.load_state_dict(state)
+    assert (restored.history, restored.column_history) == (owner.history, owner.column_history)
+    assert restored.estimates(owner._ids, owner._labels) == owner.estimates(owner._ids, owner._labels)
+    with pytest.raises(ValueError, match=r"`rollout_budget_success_threshold`: is 0.5, .* solved at 1.0\. Fix: resume "
+                       r"with rollout_budget_success_threshold=1.0"):  # fmt: skip
+        budgets(0, [], threshold=0.5).load_state_dict(state)
+
+
+def test_a_history_saved_before_the_threshold_loads_its_counts():
+    """rollout_budget.pt as saved when solved meant the upper half of the rewards seen (with `reward_range`)."""
+    owner = budgets(0, [])
+    owner.load_state_dict(
+        {"history": {5: [1.0, 4.0]}, "column_history": {1: [1.0, 4.0]}, "reward_range": [0.0, 1.0]}
+    )
+    assert (owner.history, owner.column_history) == ({5: [1.0, 4.0]}, {1: [1.0, 4.0]})
+    assert owner.estimates([5], [1]) == [(1.0 + 2 * (2 / 6)) / (4 + 2)]
+
+
 def graded_trainer(tmp_path, model_dir, **overrides):
-    args = tiny_config(tmp_path, rollout_budget="knapsack", max_steps=6, **overrides)
+    """half_signal_reward: 0 on "Stay quiet", (k mod 7) / 7 on the digit prompts, of which 4/7 and up count solved."""
+    settings = {
+        "rollout_budget": "knapsack",
+        "max_steps": 6,
+        "rollout_budget_success_threshold": 0.5,
+        **overrides,
+    }
+    args = tiny_config(tmp_path, **settings)
     return make_trainer(
         GRPOHubTrainer, model_dir, args, reward_funcs=[half_signal_reward], dataset=half_signal_dataset(16)
     )

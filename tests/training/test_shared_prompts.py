@@ -202,8 +202,9 @@ def three_runs(tmp_path, model_dir, peft=None, shared=None, **settings) -> list[
 def test_ragged_groups_of_per_prompt_rollout_budgets(tmp_path, tiny_model_dir):
     """Knapsack budgets differ after a few steps (groups of 2-6 rows, `rollout_budget/std` > 0): rows are grouped by
     their prompt tokens, whatever a group's size."""
+    # half_signal_reward solves (k mod 7) / 7 >= 0.5 of the digit prompts' completions and none of the others
     settings = {**COMPAT_BASE, **varied_lengths(tiny_model_dir), "learning_rate": 0.0, "max_steps": 6,
-                "rollout_budget": "knapsack"}  # fmt: skip
+                "rollout_budget": "knapsack", "rollout_budget_success_threshold": 0.5}  # fmt: skip
     runs = three_runs(tmp_path, tiny_model_dir, **settings)
     spreads = [
         h["rollout_budget/std"] for h in runs[2].trainer.state.log_history if "rollout_budget/std" in h
