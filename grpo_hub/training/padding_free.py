@@ -6,11 +6,15 @@ reference model or adapter, KL-in-reward rescoring all call it), with the fused 
 (`labels=..., fused_lm_head=True`). Supported (`check_model`): only what a test proves exact. Model types whose every
 layer is attention with rotary or no position embeddings (scores depend on position differences only, so restarting
 positions per row changes fp32 rounding, not the result) and whose masks come from transformers' `create_causal_mask`
-(restarting position ids make a block-diagonal mask), with sdpa or eager attention, no MoE router loss; PEFT types
-that act on each token alone. Hybrids (short-convolution, Mamba, linear-attention layers) carry state across a bin's
-row boundaries; PEFT prompt learning prepends virtual tokens and drops the position ids: both are refused by name.
+(restarting position ids make a block-diagonal mask), with sdpa or eager attention, no MoE router loss, RoPE types
+whose frequencies the config fixes; PEFT types and LoRA variants that act on each token alone. Hybrids
+(short-convolution, Mamba, linear-attention layers) carry state across a bin's row boundaries; PEFT prompt learning
+prepends virtual tokens and drops the position ids; dynamic RoPE and longrope choose their frequencies from the
+longest position of a forward; aLoRA finds its invocation tokens over a whole bin: each is refused by name
+(docs/padding-free.md has the table).
 """
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -44,12 +48,29 @@ EXACT_MODEL_TYPES = (
 # multitask prompt tuning) prepends virtual tokens and drops the position ids; prefix tuning passes a cache, so
 # transformers does not read packed rows: each is refused.
 EXACT_PEFT_TYPES = ("IA3", "LOHA", "LOKR", "LORA")
+# LoRA variants (peft 0.21: the LoraConfig fields it marks `is_lora_variant`, and init_lora_weights="mica") that act on
+# each token alone, tested likewise. Any other is refused: aLoRA (`alora_invocation_tokens`) switches the adapter on
+# from where its invocation tokens sit in each row, and finds them over a whole bin; VeLoRA's backward projects the
+# layer inputs on their average over the whole input, padding included; Arrow and MonteCLoRA are not tested.
+EXACT_LORA_VARIANTS = ("kasa_config", "mica", "use_bdlora", "use_dora")
+LORA_VARIANT_PROBLEMS = {
+    "alora_invocation_tokens": "aLoRA turns the adapter on from where its invocation tokens sit in each row, and "
+    "looks for them over a whole bin",
+    "velora_config": "VeLoRA's backward projects the layer inputs on their average over the whole input, padding "
+    "included",
+}
+# RoPE types (transformers 5.24: "default" and ROPE_INIT_FUNCTIONS) whose frequencies the config fixes, so scores
+# depend on position differences only (tested on each). "dynamic" and "longrope" choose theirs from max(position_ids) + 1
+# of the whole forward (TRL's padded width; a bin's longest row here), and "dynamic" caches them across forwards: both
+# are refused, as is a type not listed.
+EXACT_ROPE_TYPES = ("default", "linear", "yarn", "llama3", "proportional")
 
 
 def check_model(model, role: str = "model", shared: bool = False) -> None:
     """Raise ValueError naming `padding_free` unless `model` (PEFT-wrapped or not) is one padding-free is proven exact
-    on: a model type of `EXACT_MODEL_TYPES` from transformers' own code, every adapter of `EXACT_PEFT_TYPES`; with
-    `shared` (shared_prompts), also one that takes the shared-prompt mask (`training.shared_prompts.check_model`)."""
+    on: a model type of `EXACT_MODEL_TYPES` from transformers' own code, RoPE types of `EXACT_ROPE_TYPES`, every
+    adapter of `EXACT_PEFT_TYPES` (a LoRA one with variants of `EXACT_LORA_VARIANTS` only); with `shared`
+    (shared_prompts), also one that takes the shared-prompt mask (`training.shared_prompts.check_model`)."""
     # a DDP / DeepSpeed engine: TRL prepares a separate reference model before this check
     while not hasattr(getattr(model, "config", None), "get_text_config") and hasattr(model, "module"):
         model = model.module
@@ -75,13 +96,47 @@ def check_model(model, role: str = "model", shared: bool = False) -> None:
                "position ids as separate rows.")  # fmt: skip
     if getattr(config.get_text_config(), "output_router_logits", False):
         refuse("a mixture of experts with its router loss on, which would count the bins' padding.")
+    for layer_type, rope_type in rope_types(config.get_text_config()).items():
+        if rope_type not in EXACT_ROPE_TYPES:
+            layers = f" on its {layer_type} layers" if layer_type else ""
+            refuse(f"with rope_type={rope_type!r}{layers}; padding-free is proven exact only with RoPE types "
+                   f"{', '.join(EXACT_ROPE_TYPES)} (dynamic and longrope choose their frequencies from the longest "
+                   "position of each forward: TRL's padded width, a bin's longest row here).")  # fmt: skip
     for name, adapter in getattr(model, "peft_config", {}).items():
         peft_type = getattr(adapter.peft_type, "value", adapter.peft_type)
         if peft_type not in EXACT_PEFT_TYPES:
             refuse(f"wrapped in a PEFT {peft_type} adapter ({name!r}); padding-free is proven exact only with "
                    f"{', '.join(EXACT_PEFT_TYPES)} (prompt learning and prefix tuning do not see packed rows).")  # fmt: skip
+        for variant in lora_variants(adapter) if peft_type == "LORA" else ():
+            if variant not in EXACT_LORA_VARIANTS:
+                refuse(f"wrapped in a LoRA adapter ({name!r}) with {variant} "
+                       f"({LORA_VARIANT_PROBLEMS.get(variant, 'not tested')}); padding-free is proven exact only with "
+                       f"the LoRA variants {', '.join(EXACT_LORA_VARIANTS)}.")  # fmt: skip
     if shared:
         shared_prompts.check_model(model, role)
+
+
+def rope_types(config) -> dict[str | None, str]:
+    """The RoPE type of each layer type of a text `config` (None: every layer), as transformers 5.24 keeps it:
+    `config.rope_parameters` is one dict with its "rope_type", or one such dict per layer type (Gemma 3)."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    if all(isinstance(value, dict) for value in parameters.values()) and "rope_type" not in parameters:
+        return {kind: value.get("rope_type", "default") for kind, value in parameters.items()}
+    return {None: parameters.get("rope_type", "default")}
+
+
+def lora_variants(adapter) -> list[str]:
+    """The LoRA variants a peft `LoraConfig` turns on: the fields peft marks `is_lora_variant` that are set, and the
+    `init_lora_weights` value if it is one of the variants that field lists (peft 0.21,
+    `LoraLayer.resolve_lora_variant`)."""
+    found = []
+    for field in dataclasses.fields(adapter):
+        value = getattr(adapter, field.name)
+        if field.metadata.get("is_lora_variant") and value:
+            found.append(field.name)
+        elif isinstance(value, str) and value in field.metadata.get("lora_variants", ()):
+            found.append(value)
+    return found
 
 
 class PaddingFreeForward:

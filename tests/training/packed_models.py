@@ -76,9 +76,46 @@ def tiny_model(model_type: str, attention: str = "sdpa", **settings):
     return AutoModelForCausalLM.from_config(config, attn_implementation=attention).eval()
 
 
-def largest_packed_gap(model, fused_head_added: bool = False) -> tuple[float, float]:
+def rope_parameters(rope_type: str, original: int) -> dict:
+    """`rope_parameters` of every RoPE type transformers 5.24 has ("default" and `ROPE_INIT_FUNCTIONS`), scaled where
+    it scales, from a pretraining length of `original` positions (longrope's factors for heads of 32)."""
+    return {
+        "default": {},
+        "linear": {"factor": 4.0},
+        "dynamic": {"factor": 4.0},
+        "yarn": {"factor": 4.0, "original_max_position_embeddings": original},
+        "llama3": {"factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": original},
+        "proportional": {"partial_rotary_factor": 0.5},
+        "longrope": {"short_factor": [1.0] * 16, "long_factor": [4.0] * 16, "original_max_position_embeddings": original},
+    }[rope_type]  # fmt: skip
+
+
+def rope_model(rope_type: str, original: int, model_type: str = "llama"):
+    """A tiny `model_type` with `rope_type` (`rope_parameters`) pretrained on `original` positions: a forward longer
+    than that is where longrope takes its long factors and dynamic RoPE rescales (its threshold is
+    max_position_embeddings; it returns to its own frequencies on a shorter one). Phi-3 reads the pretraining length
+    from the config's top level, where its checkpoints keep it."""
+    parameters = {"rope_type": rope_type, "rope_theta": 10000.0, **rope_parameters(rope_type, original)}
+    longest = original if rope_type == "dynamic" else 4 * original
+    return tiny_model(model_type, rope_parameters=parameters, max_position_embeddings=longest,
+                      original_max_position_embeddings=original)  # fmt: skip
+
+
+def uneven_batch() -> tuple[torch.Tensor, torch.Tensor, int]:
+    """A padded batch of uneven rows (ids, attention mask, logits_to_keep): 5 rows in 14 columns, the first unpadded."""
+    torch.manual_seed(1)
+    ids = torch.randint(1, 96, (5, 14))
+    mask = torch.ones_like(ids)
+    for row, (pad_left, pad_right) in enumerate([(0, 0), (3, 2), (5, 0), (1, 6), (2, 3)]):
+        mask[row, :pad_left] = 0
+        mask[row, ids.size(1) - pad_right :] = 0
+    return ids, mask, 8
+
+
+def largest_packed_gap(model, fused_head_added: bool = False, batch=None) -> tuple[float, float]:
     """The largest gaps (log-probs, entropies) between the packed and the padded forward of `model` on a padded batch
-    of uneven rows (fp32), every row of the batch in one bin."""
+    (`uneven_batch` unless `batch` gives ids, attention mask and logits_to_keep; fp32), every row of it in one bin."""
     from contextlib import nullcontext
 
     from trl.trainer.utils import add_fused_lm_head
@@ -87,13 +124,7 @@ def largest_packed_gap(model, fused_head_added: bool = False) -> tuple[float, fl
 
     if not fused_head_added:
         add_fused_lm_head(model, outputs=("log_probs", "entropy"))
-    torch.manual_seed(1)
-    ids = torch.randint(1, 96, (5, 14))
-    mask = torch.ones_like(ids)
-    for row, (pad_left, pad_right) in enumerate([(0, 0), (3, 2), (5, 0), (1, 6), (2, 3)]):
-        mask[row, :pad_left] = 0
-        mask[row, ids.size(1) - pad_right :] = 0
-    keep = 8
+    ids, mask, keep = batch or uneven_batch()
     labels = ids.masked_fill(mask == 0, -100)
     labels[:, :-keep] = -100
     scored = labels[:, -keep:] != -100
@@ -140,14 +171,53 @@ def peft_configs() -> dict:
     }
 
 
+# LoraConfig options beyond plain LoRA (peft 0.21) that act on each token alone: the model type each runs on and the
+# options (LoRA on every linear layer unless they say otherwise). Layer replication runs on Llama: with a dict of masks
+# by layer type (Qwen2's) transformers 5.24 indexes layer_types past their end.
+def lora_options() -> dict[str, tuple[str, dict]]:
+    from peft.tuners.lora.config import BdLoraConfig, KasaConfig
+
+    block_diagonal = BdLoraConfig(target_modules_bd_a=["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"],
+                                  target_modules_bd_b=["o_proj", "down_proj"], nblocks=2)  # fmt: skip
+    return {
+        "use_dora": ("qwen2", {"use_dora": True}),
+        "use_rslora": ("qwen2", {"use_rslora": True}),
+        "lora_bias": ("qwen2", {"lora_bias": True}),
+        "use_bdlora": ("qwen2", {"use_bdlora": block_diagonal}),
+        "kasa_config": ("qwen2", {"kasa_config": KasaConfig()}),
+        "mica": ("qwen2", {"init_lora_weights": "mica"}),
+        "trainable_token_indices": ("qwen2", {"trainable_token_indices": [5, 9, 17]}),
+        "modules_to_save": ("qwen2", {"modules_to_save": ["embed_tokens"]}),
+        "layer_replication": ("llama", {"layer_replication": [[0, 2], [1, 2]]}),
+        "target_parameters": ("qwen2_moe", {"target_modules": [],
+                                            "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]}),
+    }  # fmt: skip
+
+
+def lora_model(model_type: str = "qwen2", **options):
+    """The tiny `model_type` with its fused LM head in a LoRA adapter of `options` (every linear layer unless they
+    name targets), random trained-scale weights."""
+    import peft
+
+    config = peft.LoraConfig(task_type="CAUSAL_LM", **{"target_modules": "all-linear", **options})
+    return wrap_peft(tiny_model(model_type), config, seed=0)
+
+
 def peft_model(peft_type: str):
     """The tiny Qwen2 with its fused LM head, wrapped in a `peft_type` adapter of random trained-scale weights."""
+    return wrap_peft(tiny_model("qwen2"), peft_configs()[peft_type])
+
+
+def wrap_peft(model, config, seed: int | None = None):
+    """`model` with its fused LM head, wrapped in `config`'s adapter of random trained-scale weights (drawn from
+    `seed` if given: the same draw whatever the adapter's own initialisation took from the generator)."""
     import peft
     from trl.trainer.utils import add_fused_lm_head
 
-    model = tiny_model("qwen2")
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))  # TRL adds it before PEFT wraps the model
-    model = peft.get_peft_model(model, peft_configs()[peft_type]).eval()
+    model = peft.get_peft_model(model, config).eval()
+    if seed is not None:
+        torch.manual_seed(seed)
     for parameter in model.parameters():
         if parameter.requires_grad:
             parameter.data.normal_(0, 0.3)

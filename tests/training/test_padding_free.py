@@ -13,7 +13,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
 from grpo_hub.config import features
-from grpo_hub.training.padding_free import EXACT_MODEL_TYPES, EXACT_PEFT_TYPES, check_model
+from grpo_hub.training.padding_free import (
+    EXACT_LORA_VARIANTS,
+    EXACT_MODEL_TYPES,
+    EXACT_PEFT_TYPES,
+    EXACT_ROPE_TYPES,
+    check_model,
+)
 from grpo_hub.training.trainer import GRPOHubTrainer
 from tests.helpers import half_signal_dataset, tiny_config
 from tests.training.helpers import COMPAT_BASE, allowed, run, trains
@@ -22,8 +28,11 @@ from tests.training.packed_models import (
     assert_same_run,
     attentions,
     largest_packed_gap,
+    lora_model,
+    lora_options,
     peft_model,
     probed_tool_run,
+    rope_model,
     tiny_model,
     varied_lengths,
 )
@@ -244,3 +253,155 @@ def test_prompt_learning_and_prefix_tuning_are_refused_by_name_as_packing_gives_
     ):
         check_model(model)
     assert largest_packed_gap(model, fused_head_added=True)[0] > 0.5
+
+
+# --- RoPE types and LoRA variants that packing gives other numbers (issue 73) ---
+# the RoPE models' pretraining length: between `wide_batch`'s longest row (8) and its padded width (10), so that TRL's
+# padded forward passes it and a packed one does not
+ORIGINAL = 9
+POSITION_ROPE_TYPES = ("dynamic", "longrope")  # frequencies from the longest position of the forward: refused
+
+
+def wide_batch() -> tuple[torch.Tensor, torch.Tensor, int]:
+    """TRL's layout of 3 rows of 5, 8 and 8 real tokens in 10 columns (prompts of 3, 2 and 4 tokens left-padded to 4,
+    completions of 2, 6 and 4 right-padded to 6): the padded width is longer than every row, as in most batches."""
+    torch.manual_seed(4)
+    ids = torch.randint(1, 96, (3, 10))
+    mask = torch.zeros_like(ids)
+    for row, (prompt, completion) in enumerate([(3, 2), (2, 6), (4, 4)]):
+        mask[row, 4 - prompt : 4 + completion] = 1
+    return ids, mask, 6
+
+
+def test_every_rope_type_of_transformers_is_proven_exact_or_refused():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    assert {*EXACT_ROPE_TYPES, *POSITION_ROPE_TYPES} == {"default", *ROPE_INIT_FUNCTIONS}
+
+
+@pytest.mark.parametrize("rope_type", EXACT_ROPE_TYPES)
+def test_rope_types_with_fixed_frequencies_pack_to_their_padded_results(rope_type):
+    """Scaled from a pretraining length the padded width passes and no row reaches: packed rows give the padded
+    forward's log-probs and entropies."""
+    model = rope_model(rope_type, ORIGINAL)
+    check_model(model)
+    assert max(largest_packed_gap(model, batch=wide_batch())) < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("rope_type", "model_type"), [("dynamic", "llama"), ("longrope", "llama"), ("longrope", "phi3")]
+)
+def test_rope_types_that_follow_the_longest_position_are_refused_by_name(rope_type, model_type):
+    """Their frequencies follow max(position_ids) + 1 of the forward: TRL's padded width (10, past the pretraining
+    length), a bin's longest row when packed (8): other log-probs (issue 73: accepted, 4e-4 off on a tiny Phi-3)."""
+    model = rope_model(rope_type, ORIGINAL, model_type)
+    with pytest.raises(
+        ValueError,
+        match=rf"`padding_free`: the model is \w+, with rope_type='{rope_type}'.*Fix: set padding_free=False",
+    ):
+        check_model(model)
+    assert largest_packed_gap(model, batch=wide_batch())[0] > 1e-3
+
+
+def trl_log_probs(model, ids, mask, keep) -> torch.Tensor:
+    """TRL's padded forward: the scored tokens' log-probs, in row order (model with its fused LM head)."""
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-keep] = -100
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    return out.log_probs[:, -keep:][labels[:, -keep:] != -100]
+
+
+@pytest.mark.parametrize("rope_type", [*EXACT_ROPE_TYPES, *POSITION_ROPE_TYPES])
+def test_trls_own_numbers_depend_on_the_batchs_padding_under_dynamic_and_longrope_only(rope_type):
+    """Each row of `wide_batch` alone (no padding) against the padded batch: the same log-probs where the config fixes
+    the frequencies; under dynamic and longrope a row's numbers depend on how wide the rest of its batch made it."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    model = rope_model(rope_type, ORIGINAL)
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    ids, mask, keep = wide_batch()
+    alone = []
+    for row in range(ids.size(0)):
+        real = ids[row][mask[row].bool()][None]
+        alone.append(trl_log_probs(model, real, torch.ones_like(real), int(mask[row, -keep:].sum())))
+    gap = (trl_log_probs(model, ids, mask, keep) - torch.cat(alone)).abs().max().item()
+    assert gap > 1e-3 if rope_type in POSITION_ROPE_TYPES else gap < 1e-4
+
+
+def test_a_rope_type_per_layer_type_is_read_for_each():
+    """Gemma 3 keeps one rope_parameters per layer type: linear on its full-attention layers (as Gemma 3's own
+    checkpoints) packs exactly; dynamic there is refused naming the layer type."""
+
+    def gemma3(full_attention: dict):
+        rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_theta": 10000.0, **full_attention}}  # fmt: skip
+        return tiny_model("gemma3_text", rope_parameters=rope, max_position_embeddings=ORIGINAL,
+                          layer_types=["sliding_attention", "full_attention"])  # fmt: skip
+
+    model = gemma3({"rope_type": "linear", "factor": 8.0})
+    check_model(model)
+    assert max(largest_packed_gap(model, batch=wide_batch())) < 1e-4
+    with pytest.raises(
+        ValueError, match=r"rope_type='dynamic' on its full_attention layers.*Fix: set padding_free"
+    ):
+        check_model(gemma3({"rope_type": "dynamic", "factor": 4.0}))
+
+
+def test_bidirectional_attention_packs_to_its_padded_results():
+    """Gemma 3 with use_bidirectional_attention (each token reads its whole row, later tokens too): packed rows read
+    their own row only, as in the padded forward."""
+    model = tiny_model(
+        "gemma3_text", use_bidirectional_attention=True, layer_types=["sliding_attention", "full_attention"]
+    )
+    check_model(model)
+    ids, mask, keep = wide_batch()
+    later = ids.clone()
+    later[2, 7] = later[2, 7] % 95 + 1  # the last token of the third row
+    with torch.no_grad():
+        reads_later = (
+            model(input_ids=ids, attention_mask=mask).logits
+            - model(input_ids=later, attention_mask=mask).logits
+        )
+    assert reads_later[2, 0:4].abs().max() > 0.1  # the row's first tokens read its last one
+    assert max(largest_packed_gap(model, batch=(ids, mask, keep))) < 1e-4
+
+
+def test_every_lora_variant_accepted_has_its_test():
+    assert set(EXACT_LORA_VARIANTS) <= set(lora_options())
+
+
+@pytest.mark.parametrize("option", list(lora_options()))
+def test_lora_options_that_act_on_each_token_pack_to_their_padded_results(option):
+    model_type, options = lora_options()[option]
+    model = lora_model(model_type, **options)
+    check_model(model)
+    assert max(largest_packed_gap(model, fused_head_added=True)) < 1e-4
+
+
+def test_alora_is_refused_by_name_as_packing_gives_it_other_numbers():
+    """aLoRA turns its adapter on from the last place its invocation tokens sit in a row; over a bin that is the last
+    place in any of its rows (issue 73: accepted, log-probs 0.15 off)."""
+    ids, mask, keep = wide_batch()
+    ids[:, 3] = 7  # every prompt ends in the invocation token: TRL's rows each turn the adapter on there
+    model = lora_model(alora_invocation_tokens=[7])
+    with pytest.raises(
+        ValueError,
+        match=r"`padding_free`: the model is Qwen2ForCausalLM, wrapped in a LoRA adapter \('default'\) with "
+        r"alora_invocation_tokens .*Fix: set padding_free=False",
+    ):
+        check_model(model)
+    assert largest_packed_gap(model, fused_head_added=True, batch=(ids, mask, keep))[0] > 0.1
+
+
+@pytest.mark.parametrize("variant", ["velora_config", "monteclora_config"])
+def test_lora_variants_not_proven_exact_are_refused_by_name(variant):
+    """VeLoRA's backward reads the whole input's average (its gradients: tests/training/test_shared_prompts.py);
+    MonteCLoRA samples its weights in training, untested."""
+    from peft.tuners.lora.config import MontecloraConfig, VeloraConfig
+
+    config = {"velora_config": VeloraConfig, "monteclora_config": MontecloraConfig}[variant]()
+    with pytest.raises(
+        ValueError, match=rf"`padding_free`: .*LoRA adapter \('default'\) with {variant} .*Fix:"
+    ):
+        check_model(lora_model(**{variant: config}))

@@ -19,6 +19,7 @@ from grpo_hub.config import features
 from grpo_hub.training.padding_free import (
     EXACT_MODEL_TYPES,
     EXACT_PEFT_TYPES,
+    EXACT_ROPE_TYPES,
     PaddingFreeForward,
     check_model,
 )
@@ -29,8 +30,11 @@ from tests.training.packed_models import (
     WINDOWS,
     assert_same_run,
     attentions,
+    lora_model,
+    lora_options,
     peft_model,
     probed_tool_run,
+    rope_model,
     tiny_model,
     varied_lengths,
 )
@@ -154,6 +158,67 @@ def test_a_bidirectional_model_is_refused_by_name():
 def test_what_padding_free_refuses_is_refused_first(model_type):
     with pytest.raises(ValueError, match=rf"`padding_free`: .*'{model_type}'"):
         check_model(tiny_model(model_type, **HYBRIDS[model_type]), shared=True)
+
+
+# --- RoPE types and LoRA variants (issue 73): padding-free's check covers shared prompts ---
+# the RoPE models' pretraining length: between `grouped_batch`'s longest row (13 tokens) and its padded width (16)
+ORIGINAL = 14
+
+
+@pytest.mark.parametrize("rope_type", EXACT_ROPE_TYPES)
+def test_rope_types_with_fixed_frequencies_compute_their_padded_results(rope_type):
+    model = rope_model(rope_type, ORIGINAL)
+    check_model(model, shared=True)
+    found = gaps(model)
+    assert max(found.values()) < 1e-4, found
+
+
+@pytest.mark.parametrize("rope_type", ["dynamic", "longrope"])
+def test_rope_types_that_follow_the_longest_position_are_refused_by_padding_free(rope_type):
+    """Their frequencies follow the longest position of the forward: TRL's padded width (16), a unit's longest row
+    (13) here (issue 73: accepted, 4e-4 off on a tiny Phi-3)."""
+    model = rope_model(rope_type, ORIGINAL)
+    with pytest.raises(
+        ValueError, match=rf"`padding_free`: the model is \w+, with rope_type='{rope_type}'.*Fix:"
+    ):
+        check_model(model, shared=True)
+    assert gaps(model)["logps"] > 1e-3
+
+
+@pytest.mark.parametrize("option", list(lora_options()))
+def test_lora_options_that_act_on_each_token_compute_their_padded_results(option):
+    model_type, options = lora_options()[option]
+    model = lora_model(model_type, **options)
+    check_model(model, shared=True)
+    found = gaps(model, fused_head_added=True, bin_tokens=1)  # one prompt per bin
+    assert max(found.values()) < 1e-4, found
+
+
+def test_alora_is_refused_by_padding_free_as_shared_prompts_give_it_other_numbers():
+    """aLoRA turns its adapter on from the last place its invocation tokens sit in a row; over a bin of shared
+    prompts and branches that is the last place in any of them (issue 73: accepted, log-probs 0.148 off). Here the
+    invocation is the last token of the prompt with 4 rows, which heads each of its branches: all but the last
+    branch lose the adapter."""
+    ids, mask, _ = grouped_batch()
+    invocation = int(ids[mask[:, :7].sum(dim=1) == 2][0, 6])
+    model = lora_model(alora_invocation_tokens=[invocation])
+    with pytest.raises(
+        ValueError, match=r"`padding_free`: .*LoRA adapter \('default'\) with alora_invocation_tokens"
+    ):
+        check_model(model, shared=True)
+    assert gaps(model, fused_head_added=True)["logps"] > 0.1
+
+
+def test_velora_is_refused_by_padding_free_as_its_gradients_read_the_whole_input():
+    """VeLoRA's backward projects each layer's inputs on their average over the whole input, padding included: in
+    training the shared-prompt forward's gradients are others (its forward's log-probs are not)."""
+    from peft.tuners.lora.config import VeloraConfig
+
+    model = lora_model(velora_config=VeloraConfig())
+    with pytest.raises(ValueError, match=r"`padding_free`: .*LoRA adapter \('default'\) with velora_config"):
+        check_model(model, shared=True)
+    found = gaps(model.train(), fused_head_added=True)
+    assert found["logps"] < 1e-4 and found["grads"] > 0.05, found
 
 
 # --- training runs ---
