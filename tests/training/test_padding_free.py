@@ -329,6 +329,25 @@ def test_trls_own_numbers_depend_on_the_batchs_padding_under_dynamic_and_longrop
     assert gap > 1e-3 if rope_type in POSITION_ROPE_TYPES else gap < 1e-4
 
 
+def test_dynamic_rope_keeps_the_frequencies_of_an_earlier_longer_forward():
+    """transformers rescales dynamic RoPE on a forward longer than max_position_embeddings and keeps the scaled
+    frequencies until a shorter forward: a row as long as that gets other log-probs after a padded batch than before,
+    and its own again after a shorter row."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    model = rope_model("dynamic", 8)
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    ids, mask, keep = wide_batch()
+    row = ids[1][mask[1].bool()][None]  # 8 tokens, 6 of them scored
+    log_probs = [trl_log_probs(model, row, torch.ones_like(row), 6)]
+    trl_log_probs(model, ids, mask, keep)  # padded to 10
+    log_probs.append(trl_log_probs(model, row, torch.ones_like(row), 6))
+    trl_log_probs(model, row[:, :5], torch.ones_like(row[:, :5]), 3)
+    log_probs.append(trl_log_probs(model, row, torch.ones_like(row), 6))
+    assert (log_probs[1] - log_probs[0]).abs().max() > 1e-3
+    assert torch.equal(log_probs[2], log_probs[0])
+
+
 def test_a_rope_type_per_layer_type_is_read_for_each():
     """Gemma 3 keeps one rope_parameters per layer type: linear on its full-attention layers (as Gemma 3's own
     checkpoints) packs exactly; dynamic there is refused naming the layer type."""
