@@ -50,6 +50,13 @@ def parse_args():
     return parser.parse_args()
 
 
+def lora_config(rank: int):
+    """The LoRA adapter a run with `lora_r` trains (rounding_probe.py serves one)."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear")
+
+
 def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
     """One run with `overrides`: train in `run_dir`/out, write this rank's result to `run_dir`/rank<k>.json."""
     overrides = dict(overrides)
@@ -62,11 +69,7 @@ def train(model_dir: str, run_dir: Path, overrides: dict) -> None:
             lambda row, i: {"prompt": "please " * (i % 4) + row["prompt"]}, with_indices=True
         )
     args = tiny_config(run_dir / "out", **{**BASE_CONFIG, **overrides})
-    peft_config = None
-    if lora_r:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules="all-linear")
+    peft_config = lora_config(lora_r) if lora_r else None
     path_lines = []
     with is_path_probe.printed_path_lines(path_lines):
         trainer = GRPOHubTrainer(

