@@ -47,11 +47,12 @@ def make_trainer(trainer_cls, model_dir, args, reward_funcs=None, dataset=None, 
 
 
 def half_signal_dataset(n: int = 32):
-    """Alternating prompts: "Write only digits: ..." (graded) and "Stay quiet: ..." (constant reward 0)."""
+    """Alternating prompts: "Write only digits: ..." (graded) and "Stay quiet: ..." (constant reward 0), each with a
+    three-step `solution` (the column hint-guided rollouts read: `hint_column="solution"`)."""
     from datasets import Dataset
 
     prompts = [f"Write only digits: {i % 10}" if i % 2 == 0 else f"Stay quiet: {i % 10}" for i in range(n)]
-    return Dataset.from_dict({"prompt": prompts})
+    return Dataset.from_dict({"prompt": prompts, "solution": [f"{i}\n{i + 1}\n{i + 2}" for i in range(n)]})
 
 
 def half_signal_reward(prompts, completions, completion_ids, **kwargs):

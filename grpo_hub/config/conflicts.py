@@ -94,6 +94,19 @@ RULES = (
         "reset {first} to its default, or {second} to its default.",
     ),
     TagRule(
+        F.HINTS_ROLLOUTS,
+        F.PREDICTS_FROM_HISTORY,
+        "{first_does}, so a prompt's earlier outcomes depend on the hint it had, and {second_does}: it would act on "
+        "the prompts hints are for by outcomes they no longer have.",
+        "set {first}=None, or reset {second} to its default.",
+    ),
+    TagRule(
+        F.HINTS_ROLLOUTS,
+        F.TURN_BY_TURN_GENERATION,
+        "{first_does}, written as the start of one text answer, but {second_does}, generated turn by turn.",
+        "set {first}=None, or reset {second} to its default.",
+    ),
+    TagRule(
         F.ALL_ROWS_DENOMINATOR,
         F.MICRO_BATCH_MEAN,
         "'all' promises the unfiltered gradient, but {second_does}, over the trained rows only.",

@@ -119,6 +119,23 @@ def check_rollout_budget(c) -> None:
                     "use None (4 x num_generations).")  # fmt: skip
 
 
+def check_hints(c) -> None:
+    if c.hint_column == "":
+        field_error(
+            "hint_column", f"must name a dataset column, got {c.hint_column!r}.", "use a column name or None."
+        )
+    if not isinstance(c.hint_separator, str) or not c.hint_separator:
+        field_error("hint_separator", f"must be a non-empty string, got {c.hint_separator!r}.",
+                    "use the text between a solution's steps, e.g. '\\n'.")  # fmt: skip
+    if isinstance(c.hint_window, bool) or not isinstance(c.hint_window, int) or c.hint_window < 1:
+        field_error("hint_window", f"must be an integer >= 1, got {c.hint_window!r}.",
+                    "use a few groups' completions, e.g. 4 x num_generations.")  # fmt: skip
+    for name in ("hint_shorten_at", "hint_end"):
+        value = getattr(c, name)
+        if value is not None and not 0 < value <= 1:
+            field_error(name, f"must lie in (0, 1], got {value!r}.", "use a share such as 0.5 or 1.0.")
+
+
 def check_selective_rollout(c) -> None:
     check_choice("selective_rollout_mode", c.selective_rollout_mode, SELECTIVE_ROLLOUT_MODES)
     ranges = {

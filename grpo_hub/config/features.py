@@ -44,6 +44,8 @@ TURN_BY_TURN_GENERATION = "generates each turn after the previous turn's tool re
 GENERATES_AHEAD = "generates batches before the policy that trains them exists"
 RAGGED_GROUPS = "gives prompts different numbers of completions"
 FIXED_GROUPS = "reads each prompt's group as num_generations consecutive rows"
+PREDICTS_FROM_HISTORY = "predicts a prompt's outcome from its earlier groups"
+HINTS_ROLLOUTS = "starts some rollouts from the first steps of the reference solution"
 TAGS = (
     EDITS_REWARDS,
     RESCALES_REWARDS,
@@ -63,6 +65,8 @@ TAGS = (
     GENERATES_AHEAD,
     RAGGED_GROUPS,
     FIXED_GROUPS,
+    PREDICTS_FROM_HISTORY,
+    HINTS_ROLLOUTS,
 )
 
 
@@ -286,6 +290,7 @@ FEATURES = (
             SKIPS_FLAT_GROUPS: "selective rollout",
             READS_REWARD_VALUES: "selective rollout tells all-max from all-min groups by their reward value",
             FIXED_GROUPS: "selective rollout skips and replaces whole groups",
+            PREDICTS_FROM_HISTORY: "selective rollout skips the prompts whose earlier groups were all wrong",
         },
         checks=(checks.check_selective_rollout,),
         dependents=(
@@ -329,6 +334,7 @@ FEATURES = (
             RAGGED_GROUPS: "per-prompt rollout budgets",
             EDITS_ADVANTAGES: "per-prompt rollout budgets (each group's own completions)",
             READS_REWARD_VALUES: "per-prompt rollout budgets count a completion as solved by its reward value",
+            PREDICTS_FROM_HISTORY: "per-prompt rollout budgets estimate each prompt's success from its earlier groups",
         },
         checks=(checks.check_rollout_budget,),
         dependents=(
@@ -344,6 +350,32 @@ FEATURES = (
             ),
         ),
         page="rollout-budget.md",
+    ),
+    Feature(
+        "hints",
+        "hint_column",
+        lambda c: c.hint_column is not None,
+        {"hint_column": "solution"},
+        (REWARDS, GENERATION),  # the prompts generated from, and what reward functions get
+        {
+            HINTS_ROLLOUTS: "hints start a prompt's rollouts from its solution's first steps",
+        },
+        checks=(checks.check_hints,),
+        dependents=(
+            Dependents(
+                (
+                    "hint_separator",
+                    "hint_group_column",
+                    "hint_success_threshold",
+                    "hint_shorten_at",
+                    "hint_window",
+                    "hint_end",
+                ),
+                "hint_column='<solution column>'",
+                lambda c: is_on("hints", c),
+            ),
+        ),
+        page="hints.md",
     ),
     Feature(
         "ref_adapter_refresh",

@@ -368,6 +368,62 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
 
+    # --- Hint-guided rollouts (QuestA / POPE / R3; grpo_hub/algos/hints.py, training/hints.py) ---
+    hint_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset column holding each prompt's reference solution: a string split into steps by "
+            "hint_separator, or a list of steps. On: a prompt none of whose completions was right starts its next "
+            "rollouts from the first steps of its solution, written as the beginning of the model's own answer (a "
+            "conversational prompt: the start of the assistant turn), which the model continues (QuestA "
+            "arXiv:2507.13266, POPE arXiv:2601.18779). The hint grows a step while no completion is right, shrinks a "
+            "step once hint_shorten_at of them are (reverse curriculum, R3 arXiv:2402.05808), never holds the last "
+            "step, and is gone by hint_end of the run. The hint is context: no loss, KL or entropy on it; a hinted "
+            "prompt's group is its own group; reward functions get the hint and completion as one answer and the "
+            "row's `hint`. Evaluation never sees hints. None: off. See docs/hints.md."
+        },
+    )
+    hint_separator: str = field(
+        default="\n",
+        metadata={
+            "help": "What splits a solution string into steps (the chain task: ','; GSM8K: a new line)."
+        },
+    )
+    hint_group_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset column whose value groups prompts that share one hint length (e.g. a difficulty "
+            "level: prompts that come back rarely learn from their level's outcomes); each value also gets its "
+            "metrics (hints/length/<value>, hints/right/<value>). None: each prompt its own length."
+        },
+    )
+    hint_success_threshold: float = field(
+        default=1.0,
+        metadata={
+            "help": "A completion is right when its reward (the reward functions' weighted sum) is at least this "
+            "(the rule rollout_budget_success_threshold counts solved completions by)."
+        },
+    )
+    hint_shorten_at: float = field(
+        default=0.5,
+        metadata={"help": "Share of a state's completions right at which its hint shrinks a step (0-1]."},
+    )
+    hint_window: int = field(
+        default=32,
+        metadata={
+            "help": "Completions of a state (a prompt, or a hint_group_column value) scored at one hint length "
+            "before its length is decided: longer when none of them was right, shorter when hint_shorten_at of them "
+            "were."
+        },
+    )
+    hint_end: float | None = field(
+        default=1.0,
+        metadata={
+            "help": "Share of the run's steps (0-1] by which every hint is gone: the longest hint allowed falls "
+            "linearly, a step at a time, to none at this point. None: no run-level fall (each state's own only)."
+        },
+    )
+
     # --- Multi-turn credit (grpo_hub/training/turns.py) ---
     turn_advantages: str | None = field(
         default=None,

@@ -26,7 +26,8 @@ TESTED_VLLM_OUT_OF_RANGE = r"TRL currently supports vLLM versions from \S+ to \S
 
 
 def progress_line(step: int, max_steps: int, logs: dict) -> str | None:
-    """'step 12/30  reward 0.734 ±0.210  kl 0.0012  zero-signal 25%  0.93 s/step'; with asynchronous rollouts also
+    """'step 12/30  reward 0.734 ±0.210  kl 0.0012  zero-signal 25%  0.93 s/step'; with hints also 'hinted 25% (right
+    31% / unhinted 12%)' (the share of rows hinted, and the share right among hinted and unhinted rows); with asynchronous rollouts also
     'staleness 1.0  generation wait 0.01 s' (the trainer's wait for the server: for the batch, and before a weight
     sync for running requests). None for logs without a reward (the end-of-training summary)."""
     if "reward" not in logs:
@@ -38,6 +39,13 @@ def progress_line(step: int, max_steps: int, logs: dict) -> str | None:
         parts.append(f"kl {logs['kl']:.4f}")
     if "frac_reward_zero_std" in logs:
         parts.append(f"zero-signal {logs['frac_reward_zero_std']:.0%}")
+    if (
+        "hints/share_hinted" in logs
+    ):  # hint-guided rollouts: the share hinted, and right answers with / without
+        right = [
+            f"{logs[k]:.0%}" if k in logs else "-" for k in ("hints/right_hinted", "hints/right_unhinted")
+        ]
+        parts.append(f"hinted {logs['hints/share_hinted']:.0%} (right {right[0]} / unhinted {right[1]})")
     if "async/staleness" in logs:  # asynchronous rollouts (max_staleness > 0)
         waited = logs.get("async/wait_seconds", 0.0) + logs.get("async/sync_wait_seconds", 0.0)
         parts.append(f"staleness {logs['async/staleness']:.1f}  generation wait {waited:.2f} s")

@@ -53,6 +53,7 @@ LOG_KEYS = (
     "train_runtime",
     "train_loss",
 )
+LOG_PREFIXES = ("rewards/", "hints/")  # every reward function's and the hints' per-step logs
 
 
 def loss_variant(config: Mapping) -> str:
@@ -124,7 +125,7 @@ def run_record(args, log_history: list[dict], step: int | None, base_model: str 
         "loss_variant": loss_variant(vars(args)) if args is not None else None,
         "config": changed_fields(args) if args is not None else {},
         "log_history": [
-            {k: v for k, v in entry.items() if k in LOG_KEYS or k.startswith("rewards/")}
+            {k: v for k, v in entry.items() if k in LOG_KEYS or k.startswith(LOG_PREFIXES)}
             for entry in log_history
             if "reward" in entry or "train_runtime" in entry
         ],

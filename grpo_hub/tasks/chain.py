@@ -162,14 +162,16 @@ def leading_steps(scratchpad: str, solution: str) -> int:
     return steps
 
 
-def chain_step_reward(prompts, completions, solution, **kwargs) -> list[float]:
+def chain_step_reward(prompts, completions, solution, hint=None, **kwargs) -> list[float]:
     """Partial credit per scratchpad step: the share of the row's worked `solution` the completion gets right from
     its first clause (`leading_steps` / the level), 0.0-1.0. A step-level (process) reward checked by rule against the
     worked solution, after the step supervision of Lightman et al. 2023 (arXiv:2305.20050): unlike the final answer,
-    it tells apart the completions of a group that all end wrong."""
+    it tells apart the completions of a group that all end wrong. Under hint-guided rollouts (`hint`: the clauses a
+    hint wrote in front of each completion, GRPOHubConfig.hint_column) the hint's clauses earn nothing."""
+    hints = hint if hint is not None else [""] * len(completions)
     return [
-        leading_steps(completion_text(c), worked) / len(worked.split(","))
-        for c, worked in zip(completions, solution, strict=True)
+        (leading_steps(completion_text(c), worked) - leading_steps(given, worked)) / len(worked.split(","))
+        for c, worked, given in zip(completions, solution, hints, strict=True)
     ]
 
 

@@ -155,6 +155,10 @@ def check_trainer_options(
             "and rollout_func generate turn by turn, and images need TRL's own server path.",
             "set max_staleness=0, or train without tools / environment_factory / rollout_func / images.",
         )
+    if features.is_on("hints", args) and (multi_turn or is_vlm):
+        field_error("hint_column", "a hint is the start of one text answer, but tools, environments and rollout_func "
+                    "generate turn by turn, and images need TRL's own prompt path.",
+                    "set hint_column=None, or train without tools / environment_factory / rollout_func / images.")  # fmt: skip
     check_dataset_prompts(datasets)
     for feature in features.tagged(features.NEEDS_REFERENCE):
         if feature.is_on(args) and not has_reference:

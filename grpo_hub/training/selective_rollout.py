@@ -60,10 +60,10 @@ def prompt_id(row: dict, column: str | None) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
 
 
-def signature_columns(columns: list[str], id_column: str | None) -> list[str]:
+def signature_columns(columns: list[str], *extra: str | None) -> list[str]:
     """The dataset columns the trainer keeps under `remove_unused_columns=True` (TRL's: prompt, image, images),
-    plus the id column, which the prompt ids are read from."""
-    return columns if id_column is None or id_column in columns else [*columns, id_column]
+    plus the `extra` ones features read (None: none), e.g. the id column the prompt ids are read from."""
+    return [*columns, *(c for c in dict.fromkeys(extra) if c is not None and c not in columns)]
 
 
 def shrunk_group_count(kept: int, total: int, group_size: int, row_multiple: int) -> int:

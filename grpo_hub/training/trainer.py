@@ -4,7 +4,8 @@ The seams, in the order TRL 1.16 and transformers call them for one generation b
 docs/architecture.md): `get_batch_samples` (the batch stream counts pulls), `training_step` (packing),
 `_prepare_inputs` (TRL scores, shuffles, splits, buffers; whole groups re-split it; filtering drops marked rows),
 `_generate_and_score_completions` (dynamic sampling's rounds, `_score_round` each: our edits after TRL's scored
-batch), `_calculate_rewards` (checks, clip / norm), `_compute_loss` (TRL's loss rescaled, or `training.own_loss`).
+batch), `_tokenize_prompts` (hints), `_calculate_rewards` (checks, clip / norm, hints), `_compute_loss` (TRL's loss
+rescaled, or `training.own_loss`).
 Every formula lives in `grpo_hub.algos`; the helpers get narrow inputs from here. Nothing here copies TRL code.
 """
 
@@ -23,7 +24,7 @@ from grpo_hub.config.hub_config import GRPOHubConfig
 from grpo_hub.generation import loss_time_is
 from grpo_hub.generation.is_diagnostics import edit_is_weights
 from grpo_hub.records.model_card import write_run_files
-from grpo_hub.training import filtering, padding_free, rollout_budget, scored_batch, vllm_wiring
+from grpo_hub.training import filtering, hints, padding_free, rollout_budget, scored_batch, vllm_wiring
 from grpo_hub.training.batch_stream import BatchStreamCallback, GenerationBatchStream
 from grpo_hub.training.compat import check_trl_seams
 from grpo_hub.training.dynamic_sampling import DynamicSampler
@@ -66,12 +67,9 @@ class GRPOHubTrainer(GRPOTrainer):
             )  # fmt: skip
         multi_turn = any(kwargs.get(k) is not None for k in ("tools", "environment_factory", "rollout_func"))
         check_trainer_options(
-            args,
-            multi_turn=multi_turn,
-            is_vlm=self._is_vlm,
-            has_reference=self.beta != 0.0 or is_peft_model(self.model),
+            args, multi_turn=multi_turn, is_vlm=self._is_vlm, has_reference=self.beta != 0.0 or is_peft_model(self.model),
             datasets=named_datasets(self.train_dataset, self.eval_dataset),
-        )
+        )  # fmt: skip
         # packed forwards of the real tokens only, with shared_prompts each prompt once for its rows (training.padding_free)
         self._padding_free = padding_free.trainer_forward(
             args, self.model, self.ref_model, self._tokenizer.pad_token_id, self.accelerator.autocast
@@ -108,6 +106,8 @@ class GRPOHubTrainer(GRPOTrainer):
                 args, gather_objects=gather_object, **wiring
             )
             self._state_callbacks.append(rollout_budget.checkpointed(self._budgets))
+        self._hints = hints.from_config(args, self._tokenizer, gather_object, self.train_dataset, **wiring)
+        self._state_callbacks += [hints.checkpointed(self._hints)] if self._hints is not None else []
         for callback in self._state_callbacks:
             self.add_callback(callback)
         self._packer = None  # packing state (training.packing), under filtering with zero_signal_pack
@@ -135,12 +135,9 @@ class GRPOHubTrainer(GRPOTrainer):
 
     def _use_loss_time_is(self, on: bool) -> None:
         """Take vLLM's IS ratio from the training forward (`on`: where exact) instead of TRL's scoring forward."""
-        self._loss_time_is = None
+        settings = dict(**self._is_settings(), gather=self._gather, metrics=self._metrics["train"])
+        self._loss_time_is = loss_time_is.LossTimeIS(**settings) if on else None
         if on:
-            metrics = self._metrics["train"]
-            self._loss_time_is = loss_time_is.LossTimeIS(
-                **self._is_settings(), gather=self._gather, metrics=metrics
-            )
             self.add_callback(loss_time_is.FlushCallback(self._loss_time_is))
 
     def _next_async_batch(self, inputs):
@@ -152,12 +149,17 @@ class GRPOHubTrainer(GRPOTrainer):
         prompt_ids = lambda rows: self._tokenize_prompts(copy.deepcopy([x["prompt"] for x in rows]))[0]  # noqa: E731
         return self._rollouts.next_batch(inputs, self.state.global_step, self._batch_stream, prompt_ids)
 
+    def _tokenize_prompts(self, prompts: list):
+        """TRL's prompt ids; a hinted prompt's hint follows as the answer's start (training.hints)."""
+        tokenize = super()._tokenize_prompts
+        return tokenize(prompts) if self._hints is None else self._hints.prompt_ids(prompts, tokenize)
+
     def _set_signature_columns_if_needed(self):
-        """TRL's kept columns (`remove_unused_columns=True`), plus the selective-rollout id column."""
+        """TRL's kept columns (`remove_unused_columns=True`), plus the selective-rollout id and hint columns."""
         super()._set_signature_columns_if_needed()
-        self._signature_columns = signature_columns(
-            self._signature_columns, self.args.selective_rollout_id_column
-        )
+        args = self.args
+        extra = (args.selective_rollout_id_column, args.hint_column, args.hint_group_column)
+        self._signature_columns = signature_columns(self._signature_columns, *extra)
 
     def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` of every rank, concatenated along dim 0 (moved to this rank's device first)."""
@@ -172,14 +174,11 @@ class GRPOHubTrainer(GRPOTrainer):
         return scheduler
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
-        """TRL's train; a checkpoint folder given here also restores the frozen "ref" adapter, the selective-rollout
-        state and the time budget's seconds saved in it."""
-        if self._reference_callback is not None and isinstance(resume_from_checkpoint, str):
-            self._reference_callback.resume_from = resume_from_checkpoint
-        for callback in self._state_callbacks:
-            callback.resume_from = resume_from_checkpoint if isinstance(resume_from_checkpoint, str) else None
-        if self._time_budget is not None and isinstance(resume_from_checkpoint, str):
-            self._time_budget.resume_from = resume_from_checkpoint
+        """TRL's train; a checkpoint folder given here also restores every feature's state saved in it."""
+        folder = resume_from_checkpoint if isinstance(resume_from_checkpoint, str) else None
+        for callback in (*self._state_callbacks, self._reference_callback, self._time_budget):
+            if callback is not None:
+                callback.resume_from = folder
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
@@ -195,11 +194,16 @@ class GRPOHubTrainer(GRPOTrainer):
     # --- seam 1: rewards ---
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         funcs, self.reward_funcs = self.reward_funcs, self._checked_reward_funcs
+        hinted = self._hints is not None and self.model.training  # hint-guided rollouts (training.hints)
+        if hinted:  # the whole answer: hint + completion
+            prompts, completions = self._hints.for_rewards(inputs, prompts, completions)
         try:  # each reward function's output is checked before TRL reads it (input_checks)
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         finally:
             self.reward_funcs = funcs
         check_rewards_finite(rewards_per_func, self.reward_func_names)
+        if hinted:  # right answers update each prompt's hint length
+            self._hints.record(inputs, scored_batch.weighted_rewards(rewards_per_func, self.reward_weights))
         if self._reward_transform.active:  # reward_clip / reward_norm (training.scored_batch)
             training, weights = self.model.training, self.reward_weights
             metrics = self._metrics["train" if training else "eval"]
@@ -247,6 +251,8 @@ class GRPOHubTrainer(GRPOTrainer):
             inputs = self._selector.select(inputs)
         if mode == "train" and self._budgets is not None:  # each prompt its own number of completions
             inputs = self._budgets.assign(inputs)
+        if mode == "train" and self._hints is not None:  # hard prompts start from their first steps
+            inputs = self._hints.apply(inputs, self.state.global_step / max(self.state.max_steps, 1))
         if mode == "train" and self._rollouts is not None:  # asynchronous: train the oldest launched batch
             inputs = self._next_async_batch(inputs)
         check_batch_prompts(inputs, environment_prompts=self.environment_factories is not None)
@@ -348,21 +354,15 @@ class GRPOHubTrainer(GRPOTrainer):
     ):  # fmt: skip
         """TRL's forward, or with `padding_free` the same outputs from a forward of the real tokens only (every
         caller: training, scoring, reference, rescoring)."""
-        if self._padding_free is None:
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
-                **multimodal,
-            )  # fmt: skip
-        return self._padding_free(
+        forward = self._padding_free or super()._get_per_token_logps_and_entropies
+        return forward(
             model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
             **multimodal,
         )  # fmt: skip
 
     def _compute_loss(self, model, inputs):
         in_loss = self._loss_time_is if self.model.training else None
-        with loss_time_is.ratio_from_forward(
-            self, inputs, in_loss
-        ):  # vLLM's IS ratio from its forward, where exact
+        with loss_time_is.ratio_from_forward(self, inputs, in_loss):  # vLLM's IS ratio from it, where exact
             loss = self._loss(model, inputs)
         if self._padding_free is not None:  # shares of the tokens computed since the last micro-step
             self._padding_free.log_shares(self._metrics["train" if self.model.training else "eval"])
@@ -370,16 +370,13 @@ class GRPOHubTrainer(GRPOTrainer):
 
     def _loss(self, model, inputs):
         if self.args.uses_own_loss:
+            forward = functools.partial(self._get_per_token_logps_and_entropies, model, compute_entropy=True)
             return own_loss(
-                inputs,
-                lambda ids, attention, keep: self._get_per_token_logps_and_entropies(
-                    model, ids, attention, keep, compute_entropy=True
-                )[:2],
-                self._loss_settings,
+                inputs, lambda *a: forward(*a)[:2], self._loss_settings,
                 lambda kind, count: self._loss_denominator(inputs, kind, count),
                 self._metrics["train" if self.model.training else "eval"],
                 lambda x: self.accelerator.reduce(x, reduction="sum"),
-            )
+            )  # fmt: skip
         loss = super()._compute_loss(model, inputs)
         if "kept_rows" not in inputs:  # no rows dropped: TRL's denominator is the denominator
             return loss

@@ -207,6 +207,12 @@ EFFECTIVE = {
     "rollout_budget_max": (16, {"rollout_budget": "knapsack"}),
     "rollout_budget_column": ("level", {"rollout_budget": "knapsack"}),
     "rollout_budget_success_threshold": (0.5, {"rollout_budget": "knapsack"}),
+    "hint_separator": (",", {"hint_column": "solution"}),
+    "hint_group_column": ("level", {"hint_column": "solution"}),
+    "hint_success_threshold": (0.5, {"hint_column": "solution"}),
+    "hint_shorten_at": (0.25, {"hint_column": "solution"}),
+    "hint_window": (16, {"hint_column": "solution"}),
+    "hint_end": (0.5, {"hint_column": "solution"}),
     "shared_prompts": (True, {"padding_free": True}),
     "shared_prompts_whole_groups": (
         True,

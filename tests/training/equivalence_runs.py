@@ -75,7 +75,8 @@ def dataset(layout: Layout, num_processes: int) -> Dataset:
     n = prompts_needed(layout, num_processes)
     quiet = two_rank_kinds(layout, n) if num_processes == 2 else [i % 2 == 1 for i in range(n)]
     prompts = [f"Stay quiet: {i % 10}" if q else f"Write only digits: {i % 10}" for i, q in enumerate(quiet)]
-    return Dataset.from_dict({"prompt": prompts})
+    solutions = [f"{i}\n{i + 1}" for i in range(n)]  # read only by hint-guided rollouts (hint_column)
+    return Dataset.from_dict({"prompt": prompts, "solution": solutions})
 
 
 def length_reward(prompts, completions, completion_ids, **kwargs):

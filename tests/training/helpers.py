@@ -264,6 +264,17 @@ INVALID = [
         {"rollout_budget": "knapsack", "rollout_budget_success_threshold": math.inf},
     ),
     ("rollout_budget_success_threshold", {"rollout_budget_success_threshold": 0.5}),  # feature off
+    ("hint_column", {"hint_column": ""}),
+    ("hint_separator", {"hint_column": "solution", "hint_separator": ""}),
+    ("hint_separator", {"hint_separator": ","}),  # feature off
+    ("hint_group_column", {"hint_group_column": "level"}),  # feature off
+    ("hint_success_threshold", {"hint_column": "solution", "hint_success_threshold": math.inf}),
+    ("hint_shorten_at", {"hint_column": "solution", "hint_shorten_at": 0.0}),
+    ("hint_shorten_at", {"hint_column": "solution", "hint_shorten_at": 1.5}),
+    ("hint_window", {"hint_column": "solution", "hint_window": 0}),
+    ("hint_window", {"hint_column": "solution", "hint_window": 2.5}),
+    ("hint_end", {"hint_column": "solution", "hint_end": 0.0}),
+    ("hint_end", {"hint_end": 0.5}),  # feature off
     (
         "selective_rollout_target_zero_frac",
         {"selective_rollout": True, "selective_rollout_target_zero_frac": 1.5},

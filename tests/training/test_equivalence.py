@@ -12,6 +12,8 @@ docs/rollout-budget.md, docs/validation.md):
   the rows dropped, and the weights agree to float summation order (dropped rows would have contributed 0).
 - NEUTRAL_UNTIL_IT_ACTS: a reference adapter kept or refreshed on a schedule that has not fired yet, and
   selective rollout before it has learned anything, change nothing: TRL bit for bit.
+- HINTS_THAT_NEVER_FIRE: hint-guided rollouts on (`hint_column`) while no prompt is hinted (no window of
+  completions has been decided yet) train like TRL bit for bit (docs/hints.md).
 - EQUAL_BUDGETS: per-prompt rollout budgets held at num_generations (rollout_budget_min == rollout_budget_max)
   train like TRL bit for bit (docs/rollout-budget.md).
 - REWARDS_READ_AS_TRL: list, array, tensor and async reward outputs, with None/NaN, score as in TRL.
@@ -147,6 +149,17 @@ def test_reference_adapter_changes_nothing_until_it_acts(tmp_path, tiny_model_di
     settings = {**REFERENCE_BETA, **REFERENCE_VARIANTS[variant]}
     trainer, hub_weights, hub_rewards = hub_run(tmp_path, tiny_model_dir, layout, settings)
     assert "ref" in trainer.model.peft_config
+    assert torch.equal(hub_weights, weights)
+    assert hub_rewards == rewards
+
+
+# --- HINTS_THAT_NEVER_FIRE ---
+@pytest.mark.parametrize("layout", grid_params(GRID))
+def test_hints_while_no_prompt_is_hinted_train_like_trl(tmp_path, tiny_model_dir, trl_runs, layout):
+    weights, rewards = trl_runs(layout, {})
+    settings = {"hint_column": "solution", "hint_window": 10**9}  # no length is ever decided: no hint
+    trainer, hub_weights, hub_rewards = hub_run(tmp_path, tiny_model_dir, layout, settings)
+    assert trainer._hints.counts and not any(trainer._hints.lengths.values()), "hints never ran, or fired"
     assert torch.equal(hub_weights, weights)
     assert hub_rewards == rewards
 
