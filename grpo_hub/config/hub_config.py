@@ -417,10 +417,11 @@ class GRPOHubConfig(GRPOConfig):
         },
     )
     hint_end: float | None = field(
-        default=1.0,
+        default=None,
         metadata={
             "help": "Share of the run's steps (0-1] by which every hint is gone: the longest hint allowed falls "
-            "linearly, a step at a time, to none at this point. None: no run-level fall (each state's own only)."
+            "linearly, a step at a time, to none at this point. None: no run-level fall, each state's hint shrinks "
+            "as its hinted completions succeed (on the main job, 1 seed: held-out 0.41 with None, 0.39 with 1.0)."
         },
     )
 
