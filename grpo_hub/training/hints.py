@@ -12,9 +12,9 @@
   loss, KL or entropy on it.
 - `for_rewards(inputs, prompts, completions)`: reward functions get the prompt without the hint and the completion
   with the hint in front (the whole answer), and the `hint` column, so a step reward can leave the hint's steps out.
-- `record(inputs, rewards)`: right answers (the weighted reward >= `hint_success_threshold`) update
-  each state's length (`algos.hints.next_hint_length`) and the step's logs.
-- `checkpointed(hints)`: every state's length in each checkpoint, restored on resume.
+- `record(inputs, rewards)`: right answers (the weighted reward >= `hint_success_threshold`) count towards each
+  state's window; a full window decides its length (`algos.hints.windowed_hint_length`); the step is logged.
+- `checkpointed(hints)`: every state's length and window counts in each checkpoint, restored on resume.
 """
 
 from __future__ import annotations
@@ -117,9 +117,8 @@ class HintedRollouts:
         rows = self.gather_objects(
             [(self.key(row), self.hint_length(row), len(self.steps(row))) for row in inputs]
         )
-        outcomes = group_outcomes(
-            rewards.tolist(), [1] * len(rows), self.threshold
-        )  # (right, scored) per row
+        # per row: (right, scored)
+        outcomes = group_outcomes(rewards.tolist(), [1] * len(rows), self.threshold)
         by_key: dict = {}  # key -> [right, scored, longest hint used, longest hint possible, hint shares]
         for (key, used, steps), (right, scored) in zip(rows, outcomes, strict=True):
             entry = by_key.setdefault(key, [0, 0, 0, 0, []])
@@ -127,9 +126,7 @@ class HintedRollouts:
             entry[2], entry[3] = max(entry[2], used), max(entry[3], longest_hint(steps))
             entry[4].append(used / steps)
         for key, (right, scored, used, most, _) in by_key.items():
-            if used != self.lengths.get(
-                key, 0
-            ):  # the run's ceiling cut the hint: a new window at the length used
+            if used != self.lengths.get(key, 0):  # the run's ceiling cut the hint: a new window
                 self.counts[key] = [0, 0]
             seen = self.counts.get(key, [0, 0])
             length, *counts = windowed_hint_length(
