@@ -18,20 +18,23 @@ import trl
 
 from benchmarks.common import check_device
 
-# Benchmark module -> its arguments for a --quick run.
+# Benchmark -> its module and its arguments for a --quick run.
 BENCHMARKS = {
-    "step_time": ["--quick"],
-    "memory": ["--quick"],
-    "filtering": ["--reps", "1", "--steps", "1", "--batch", "4", "--completion-length", "8"],
-    "reference": ["--skip-05b", "--steps", "2", "--repeats", "2"],
-    "dynamic_sampling": ["--steps", "3"],
-    "selective_rollout": ["--quick"],
-    "time_to_accuracy": ["--quick"],
-    "scoring_forward": ["--quick"],
-    "padding_free": ["--quick"],
-    "pass_at_k": ["--quick"],
-    "shared_prompts": ["--quick"],
-    "rollout_budget": ["--quick"],
+    "step_time": ("benchmarks.step_cost.step_time", ["--quick"]),
+    "memory": ("benchmarks.step_cost.memory", ["--quick"]),
+    "filtering": (
+        "benchmarks.step_cost.filtering",
+        ["--reps", "1", "--steps", "1", "--batch", "4", "--completion-length", "8"],
+    ),
+    "reference": ("benchmarks.step_cost.reference", ["--skip-05b", "--steps", "2", "--repeats", "2"]),
+    "dynamic_sampling": ("benchmarks.accuracy.dynamic_sampling", ["--steps", "3"]),
+    "selective_rollout": ("benchmarks.accuracy.selective_rollout", ["--quick"]),
+    "time_to_accuracy": ("benchmarks.accuracy.time_to_accuracy", ["--quick"]),
+    "scoring_forward": ("benchmarks.step_cost.scoring_forward", ["--quick"]),
+    "padding_free": ("benchmarks.step_cost.padding_free", ["--quick"]),
+    "pass_at_k": ("benchmarks.accuracy.pass_at_k", ["--quick"]),
+    "shared_prompts": ("benchmarks.step_cost.shared_prompts", ["--quick"]),
+    "rollout_budget": ("benchmarks.step_cost.rollout_budget", ["--quick"]),
 }
 DEVICE_AWARE = (
     "filtering",
@@ -59,11 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         check_device(cli.device)
     failed = []
     for name in cli.only or BENCHMARKS:
+        module, quick = BENCHMARKS[name]
         if cli.device == "cuda" and name not in DEVICE_AWARE:
-            print(f"\n# benchmarks.{name} — skipped: CPU-only (no --device cuda path)", flush=True)
+            print(f"\n# {module} — skipped: CPU-only (no --device cuda path)", flush=True)
             continue
-        print(f"\n# benchmarks.{name} — {machine_line()}", flush=True)
-        command = [sys.executable, "-m", f"benchmarks.{name}", *(BENCHMARKS[name] if cli.quick else [])]
+        print(f"\n# {module} — {machine_line()}", flush=True)
+        command = [sys.executable, "-m", module, *(quick if cli.quick else [])]
         if name in DEVICE_AWARE:
             command += ["--device", cli.device]
         if subprocess.run(command, check=False).returncode != 0:

@@ -1,13 +1,14 @@
-"""The summary and report of `benchmarks.time_to_accuracy` on its two clocks, the measured CPU clock and the modeled
-GPU clock (`benchmarks.clocks`): targets, times to them and ratios to plain TRL (`benchmarks.tta_harness`) per clock,
-the work done, the curves and the plot. Input: {config: [evaluation points of one run, per seed]}.
+"""The summary and report of `benchmarks.accuracy.time_to_accuracy` on its two clocks, the measured CPU clock
+and the modeled GPU clock (`benchmarks.accuracy.clocks`): targets, times to them and ratios to plain TRL
+(`benchmarks.accuracy.tta_harness`) per clock, the work done, the curves and the plot.
+Input: {config: [evaluation points of one run, per seed]}.
 """
 
 import math
 import statistics
 
-from benchmarks import clocks
-from benchmarks import tta_harness as harness
+from benchmarks.accuracy import clocks
+from benchmarks.accuracy import tta_harness as harness
 from benchmarks.common import print_table
 
 

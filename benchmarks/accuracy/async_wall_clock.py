@@ -22,17 +22,17 @@ for the seed's budget on a schedule of its own length): `--equal-time STEPS_JSON
 from stored step times; `--time-budget` lets `time_budget_seconds` plan it from the run's own pace (evaluations off
 its clock; docs/time-budget.md). Before an evaluation pauses the clock, it waits for the batch in flight (the
 next step's weight sync would wait for it too). Targets: plain TRL's mean accuracy at 50,
-75 and 100 % of its budget (100 % = its final accuracy); reached: `benchmarks.clocks.reached_at`; ratio: a run's time
-over the time plain TRL's mean curve takes (docs/time-to-accuracy.md).
+75 and 100 % of its budget (100 % = its final accuracy); reached: `benchmarks.accuracy.clocks.reached_at`;
+ratio: a run's time over the time plain TRL's mean curve takes (docs/time-to-accuracy.md).
 
 Two-device model: per run, generation G (the engine's seconds per step), training T (the trainer's step time minus
 its waits for generation and the sync) and sync S per step. With G rescaled so that G / (G + T) = `--gpu-share`, a
 synchronous step costs G + T + S and an asynchronous one max(G, T) + S: overlap buys at most 1 / max(share, 1 - share).
 
-    python -m benchmarks.async_wall_clock [--seeds 3] [--points 8] [--budget S] [--json out.json]
-    python -m benchmarks.async_wall_clock --seeds 3 --resume out.json --json out.json   # finish a cut-short one
-    python -m benchmarks.async_wall_clock --seeds 3 --time-budget --configs trl,server-async+filter   # equal time
-    python -m benchmarks.async_wall_clock --quick     # smoke run: 1 seed, 15 s, 2 points, 200 problems (noise)
+    python -m benchmarks.accuracy.async_wall_clock [--seeds 3] [--points 8] [--budget S] [--json out.json]
+    python -m benchmarks.accuracy.async_wall_clock --seeds 3 --resume out.json --json out.json   # finish one
+    python -m benchmarks.accuracy.async_wall_clock --seeds 3 --time-budget --configs trl,server-async+filter
+    python -m benchmarks.accuracy.async_wall_clock --quick   # smoke run: 1 seed, 15 s, 2 points, 200 problems
 """
 
 import argparse
@@ -50,10 +50,10 @@ import torch
 from transformers import AutoTokenizer
 from trl import GRPOConfig
 
-from benchmarks import clocks
-from benchmarks import tta_harness as harness
+from benchmarks.accuracy import clocks
+from benchmarks.accuracy import tta_harness as harness
+from benchmarks.accuracy.wall_clock_meter import DIAGNOSTICS, Meter
 from benchmarks.common import QUIET_CPU_RUN, print_table
-from benchmarks.wall_clock_meter import DIAGNOSTICS, Meter
 from grpo_hub import GRPOHubConfig
 from grpo_hub.generation import server_process
 from grpo_hub.tasks import chain

@@ -8,13 +8,13 @@ calibrated on plain TRL so that its modeled time equals its measured CPU time an
 generation: c_row = share * T / rows_trl, c_micro = (1 - share) * T / micro_steps_trl (T, rows_trl,
 micro_steps_trl: plain TRL's totals, mean over seeds). The default share 0.90 is the H100 measurement of
 ../shared/DESIGN.md (Qwen2.5-0.5B, bf16, 64 rows x 256 tokens, HF generate: 6.4 s of a 7.1 s GRPO step; 0.92 in
-`benchmarks.scoring_forward` on an H100, 2026-11-26). A generated row, not a token, is the unit: HF generate on a
-GPU is latency-bound and runs a batch until its longest completion ends, so a batch of shorter completions costs
-the same (measured on an H100, docs/time-to-accuracy.md: priced per token, the model was optimistic by up to 0.10
-for runs with shorter completions; priced per row it is within 0.10 of every measured ratio). At a fixed generation
-batch a row is a fixed share of a batch; a configuration that generates smaller batches (selective_rollout_mode:
-shrink) is credited per row, which flatters it. An optimizer step is priced as part of its micro-steps (a LoRA
-update is small next to a forward and backward on a GPU).
+`benchmarks.step_cost.scoring_forward` on an H100, 2026-11-26). A generated row, not a token, is the unit: HF
+generate on a GPU is latency-bound and runs a batch until its longest completion ends, so a batch of shorter
+completions costs the same (measured on an H100, docs/time-to-accuracy.md: priced per token, the model was
+optimistic by up to 0.10 for runs with shorter completions; priced per row it is within 0.10 of every measured
+ratio). At a fixed generation batch a row is a fixed share of a batch; a configuration that generates smaller
+batches (selective_rollout_mode: shrink) is credited per row, which flatters it. An optimizer step is priced
+as part of its micro-steps (a LoRA update is small next to a forward and backward on a GPU).
 
 Reached (the smoothing rule of docs/time-to-accuracy.md): the first evaluation whose accuracy and the next one's
 are both >= the target (the last evaluation counts alone).

@@ -11,7 +11,8 @@ Each run trains `--steps` optimizer steps; after every step a callback records t
 started, the mean digit reward of the graded prompts generated in that step, and the rows trained. Wall time
 on the shared CPU box is noisy: compare orders of magnitude, not percent. Run:
 
-    python benchmarks/dynamic_sampling.py [--steps 40]      # or: python -m benchmarks --only dynamic_sampling
+    python -m benchmarks.accuracy.dynamic_sampling [--steps 40]
+    python -m benchmarks --only dynamic_sampling   # the same, from the runner
 """
 
 import argparse

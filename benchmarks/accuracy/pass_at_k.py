@@ -10,9 +10,9 @@ answer in all the samples; the chance that a group of `GROUP` (the main job's `n
 and the smallest budget at which a level's groups see one half the time. Adapters are merged into the base
 (`chain_model.chain_model_path()`); runs named NAME-sSEED are also averaged over seeds, as NAME.
 
-    python -m benchmarks.pass_at_k [--adapter NAME=DIR ...] [--no-base] [--json OUT]
-    python -m benchmarks.pass_at_k --merge A.json B.json ... --json OUT     # one report and file from several runs
-    python -m benchmarks.pass_at_k --quick      # smoke run: base, 2 problems per level, 8 samples (numbers are noise)
+    python -m benchmarks.accuracy.pass_at_k [--adapter NAME=DIR ...] [--no-base] [--json OUT]
+    python -m benchmarks.accuracy.pass_at_k --merge A.json B.json ... --json OUT   # one report from several runs
+    python -m benchmarks.accuracy.pass_at_k --quick   # smoke run: base, 2 problems per level, 8 samples (noise)
 
 Sampling is seeded (`--seed`, reset for each model), single-threaded; the figures depend on `--batch` as well, since
 the random stream is shared by the rows of a batch.
@@ -37,7 +37,7 @@ from grpo_hub.tasks.arithmetic import chat_prompt
 
 KS = (1, 8, 16, 32, 64)
 BUDGETS = (2, 4, 8, 16, 32, 64)
-MAIN_JOB = read_config(Path(__file__).resolve().parents[1] / "recipes" / "configs" / "chain.yaml")
+MAIN_JOB = read_config(Path(__file__).resolve().parents[2] / "recipes" / "configs" / "chain.yaml")
 GROUP = MAIN_JOB["num_generations"]
 SEED_SUFFIX = re.compile(r"-s\d+$")
 

@@ -7,10 +7,11 @@ Four configurations side by side, same seeds, same prompts, same number of epoch
   greso     - GRPOHubTrainer, dynamic_sampling=True + selective_rollout=True (skip predicted zero-signal prompts)
 Runs are interleaved (seed-major, configuration order rotated per seed). Per run: generated rows (completions
 scored by the reward function), wall and process CPU time of `train()` (the evaluations excluded), and the
-held-out accuracy at the start and after every epoch. Tasks (`--task`): see benchmarks/rollout_tasks.py.
+held-out accuracy at the start and after every epoch. Tasks (`--task`): see benchmarks/accuracy/rollout_tasks.py.
 
-    python -m benchmarks.selective_rollout --task arithmetic [--seeds 3] [--plot docs/selective-rollout.png]
-    python -m benchmarks.selective_rollout --quick      # smoke run (1 seed, tiny budget; numbers are noise)
+    python -m benchmarks.accuracy.selective_rollout --task arithmetic [--seeds 3] \\
+        [--plot docs/selective-rollout.png]
+    python -m benchmarks.accuracy.selective_rollout --quick   # smoke run (1 seed, tiny budget; numbers are noise)
 """
 
 import argparse
@@ -24,8 +25,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from benchmarks.accuracy.rollout_tasks import TASKS, Task
 from benchmarks.common import QUIET_CPU_RUN
-from benchmarks.rollout_tasks import TASKS, Task
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 
 CONFIGS = {

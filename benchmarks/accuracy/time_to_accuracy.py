@@ -3,17 +3,20 @@
 Every configuration trains the shipped chain model (`grpo_hub.tasks.chain_model`) with the settings of
 `recipes/configs/chain.yaml` (its learning-rate schedule included: it must not depend on max_steps) for the same
 budget on two clocks: process CPU seconds (one core, one torch thread; evaluations off the clock) and the GPU
-clock modeled from the counted work (`benchmarks.clocks`, calibrated on plain TRL, which runs first in each seed).
-A run stops once both clocks have passed the budget. Prompts cycle through the recipe's training set epoch after
-epoch, so a configuration that skips prompts moves on to others instead of running out. Held-out accuracy
-(greedy, 2,000 problems, standard error <= 1.1 points) is evaluated at `--points` evenly spaced fractions of the
-budget on either clock. Runs are interleaved: seed-major, plain TRL first, the others' order rotated per seed.
+clock modeled from the counted work (`benchmarks.accuracy.clocks`, calibrated on plain TRL, which runs first
+in each seed). A run stops once both clocks have passed the budget. Prompts cycle through the recipe's
+training set epoch after epoch, so a configuration that skips prompts moves on to others instead of running
+out. Held-out accuracy (greedy, 2,000 problems, standard error <= 1.1 points) is evaluated at `--points`
+evenly spaced fractions of the budget on either clock. Runs are interleaved: seed-major, plain TRL first, the
+others' order rotated per seed.
 
 Targets: plain TRL's mean accuracy at 50 %, 75 % and 100 % of its budget. Reached: the smoothing rule of
-`benchmarks.clocks.reached_at`. Ratio: a configuration's time to a target / plain TRL's, per seed and clock.
+`benchmarks.accuracy.clocks.reached_at`. Ratio: a configuration's time to a target / plain TRL's, per seed
+and clock.
 
-    python -m benchmarks.time_to_accuracy [--seeds 3] [--budget 300] [--points 12] [--plot docs/time-to-accuracy.png]
-    python -m benchmarks.time_to_accuracy --quick     # smoke run: 1 seed, 2 configurations, 8 s (numbers are noise)
+    python -m benchmarks.accuracy.time_to_accuracy [--seeds 3] [--budget 300] [--points 12] \\
+        [--plot docs/time-to-accuracy.png]
+    python -m benchmarks.accuracy.time_to_accuracy --quick   # smoke run: 1 seed, 2 configurations, 8 s (noise)
 
 On the 2-core VM the seeds can run as two such processes, one per core (`--seed-list 0,2 --core 0 --json a.json`,
 `--seed-list 1 --core 1 --json b.json`), then `--merge a.json b.json --plot ...` prints the joint report.
@@ -34,9 +37,9 @@ import torch
 from transformers import AutoTokenizer, TrainerCallback
 from trl import GRPOConfig
 
-from benchmarks import clocks
-from benchmarks import tta_harness as harness
-from benchmarks.accuracy_summary import (
+from benchmarks.accuracy import clocks
+from benchmarks.accuracy import tta_harness as harness
+from benchmarks.accuracy.accuracy_summary import (
     calibration,
     plot,
     print_clock_check,
@@ -86,11 +89,11 @@ class Meter(TrainerCallback):
     """Training clocks, held-out accuracy at fixed points of the budget, work counters.
 
     Clocks: `clock` seconds (process CPU seconds, or synchronized GPU wall seconds; evaluations excluded) and, given
-    `costs`, the modeled GPU clock (`benchmarks.clocks`). An evaluation runs at the first optimizer step past each of `points` evenly spaced
-    fractions of `budget` on either clock; training stops once both clocks have passed the budget.
-    `points`: one dict per evaluation: time (CPU s), wall, accuracy (per level), generated tokens / rows, trained
-    rows, micro-steps, optimizer steps, and the shares of all-correct / all-wrong groups generated since the
-    last evaluation.
+    `costs`, the modeled GPU clock (`benchmarks.accuracy.clocks`). An evaluation runs at the first optimizer
+    step past each of `points` evenly spaced fractions of `budget` on either clock; training stops once both
+    clocks have passed the budget. `points`: one dict per evaluation: time (CPU s), wall, accuracy (per
+    level), generated tokens / rows, trained rows, micro-steps, optimizer steps, and the shares of all-correct
+    / all-wrong groups generated since the last evaluation.
     """
 
     def __init__(

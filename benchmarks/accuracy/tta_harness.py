@@ -1,5 +1,5 @@
-"""The time-to-accuracy harness of `benchmarks.time_to_accuracy` and `benchmarks.async_wall_clock`: what both do around
-what each measures.
+"""The time-to-accuracy harness of `benchmarks.accuracy.time_to_accuracy` and
+`benchmarks.accuracy.async_wall_clock`: what both do around what each measures.
 
 - Runs by seed and configuration: the chain testbed's settings from a recipe YAML (`recipe_settings`, `plain_trl`),
   its trainer (`chain_trainer`), the measuring order (`run_order`: seed-major, plain TRL first, the others rotated per
@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from benchmarks import clocks
+from benchmarks.accuracy import clocks
 from benchmarks.common import print_table
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.config.config_files import read_config

@@ -1,6 +1,7 @@
-"""The meter of `benchmarks.async_wall_clock`: a run's training wall clock with the evaluations taken out, held-out
-accuracy at marks in optimizer steps or wall seconds, the work done, where the trainer's time went (generating,
-waiting for generation, syncing weights, scoring, training) and the IS and staleness diagnostics it logged.
+"""The meter of `benchmarks.accuracy.async_wall_clock`: a run's training wall clock with the evaluations taken
+out, held-out accuracy at marks in optimizer steps or wall seconds, the work done, where the trainer's time
+went (generating, waiting for generation, syncing weights, scoring, training) and the IS and staleness
+diagnostics it logged.
 """
 
 import statistics

@@ -14,8 +14,8 @@ by default, docs/vllm.md). Per optimizer step (the first step of each run is lef
 Models: the shipped chain model (chain prompts, 8 prompts x 8 completions of up to 48 tokens: the main job's batch)
 and a Qwen2.5-0.5B-shaped model with random weights (digits prompts, 8 completions x 32 tokens, learning rate 0).
 
-    PYTHONPATH=. /opt/vllm-env/bin/python -m benchmarks.server_sync --model chain --steps 6
-    PYTHONPATH=. /opt/vllm-env/bin/python -m benchmarks.server_sync --model qwen2.5-0.5b --steps 4
+    PYTHONPATH=. /opt/vllm-env/bin/python -m benchmarks.engines.server_sync --model chain --steps 6
+    PYTHONPATH=. /opt/vllm-env/bin/python -m benchmarks.engines.server_sync --model qwen2.5-0.5b --steps 4
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from peft import LoraConfig
 from transformers import TrainerCallback
 
 from benchmarks.common import QUIET_CPU_RUN
-from benchmarks.vllm_lora_sync import model_folder
+from benchmarks.engines.vllm_lora_sync import model_folder
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
 from grpo_hub.generation import server_process
 from grpo_hub.tasks import get_reward_funcs, load_task_dataset

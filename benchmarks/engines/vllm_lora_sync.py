@@ -16,7 +16,7 @@ model with Qwen's vocabulary and random weights (`benchmarks.qwen_vocab`; digits
 weights stay finite). Run in the vLLM environment, pinned to one core:
 
     taskset -c 1 env OMP_NUM_THREADS=1 VLLM_CPU_KVCACHE_SPACE=1 PYTHONPATH=. \\
-        /opt/vllm-env/bin/python -m benchmarks.vllm_lora_sync --model chain --steps 5 --repeats 2
+        /opt/vllm-env/bin/python -m benchmarks.engines.vllm_lora_sync --model chain --steps 5 --repeats 2
     (--model qwen2.5-0.5b: ~2 GB of random weights are written to a temporary folder first; use --repeats 1 there:
     vLLM 0.32 does not give back a finished run's engine memory in-process, and a fourth 0.5B run exceeds 24 GB)
 """

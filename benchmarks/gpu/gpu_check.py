@@ -9,10 +9,10 @@ recipe config (recipes/configs/grpo.yaml, ref-refresh.yaml), run
 and print one Markdown table: exit status, and the mean reward of the first and last logged steps (from the
 recipe's run_summary.json). FSDP with the reference adapter is refused by design (exit 1 expected, marked).
 
-    python -m benchmarks.gpu_check                 # one CUDA GPU, 30 steps each (~1-2 min per run)
-    python -m benchmarks.gpu_check --jobs 4        # 4 runs at a time (each on its own port; exits and rewards only)
-    python -m benchmarks.gpu_check --cpu           # on CPU (use_cpu, fp32; cpu-zero* configs; no fsdp2)
-    python -m benchmarks.gpu_check --dry-run       # print the commands only
+    python -m benchmarks.gpu.gpu_check             # one CUDA GPU, 30 steps each (~1-2 min per run)
+    python -m benchmarks.gpu.gpu_check --jobs 4    # 4 runs at a time (each on its own port; exits, rewards only)
+    python -m benchmarks.gpu.gpu_check --cpu       # on CPU (use_cpu, fp32; cpu-zero* configs; no fsdp2)
+    python -m benchmarks.gpu.gpu_check --dry-run   # print the commands only
 """
 
 import argparse
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from grpo_hub.records.run_record import RUN_SUMMARY
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ACCELERATE_CONFIGS = ("single", "zero2", "zero3", "fsdp2")
 RECIPES = ("grpo", "ref-refresh")
 CPU_CONFIG = {"zero2": "cpu-zero2", "zero3": "cpu-zero3"}  # DeepSpeed on CPU needs the CPU variants

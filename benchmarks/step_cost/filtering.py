@@ -14,9 +14,9 @@ Next to the times: training micro-steps (forwards with grad) and rows trained pe
 shows the work a GPU run saves (a GPU micro-step is latency-bound: fewer micro-steps is what saves time there).
 learning_rate=0 keeps the models identical, so every trainer generates the same completions.
 
-    python -m benchmarks.filtering [--reps 7] [--steps 4]                        # CPU, 256-wide model
-    python -m benchmarks.filtering --device cuda [--zero-fraction 0.75]          # bf16, Qwen2.5-0.5B shape
-    python -m benchmarks.filtering --device cpu --model qwen2.5-0.5b --reps 1 --steps 1   # same code path, slow
+    python -m benchmarks.step_cost.filtering [--reps 7] [--steps 4]                 # CPU, 256-wide model
+    python -m benchmarks.step_cost.filtering --device cuda [--zero-fraction 0.75]   # bf16, Qwen2.5-0.5B shape
+    python -m benchmarks.step_cost.filtering --device cpu --model qwen2.5-0.5b --reps 1 --steps 1   # slow
 """
 
 import argparse

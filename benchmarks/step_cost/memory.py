@@ -14,7 +14,7 @@ what holding (and refreshing) the reference costs. Peak RSS is per process, so e
 child process. Peaks are taken after training because the weights are memory-mapped and only become
 resident when used; the full fine-tuning peaks also hold gradients and AdamW state for every weight. Run:
 
-    nice python -m benchmarks.memory [--quick]
+    nice python -m benchmarks.step_cost.memory [--quick]
 """
 
 import argparse
@@ -134,7 +134,7 @@ def measure(variant: str, model_dir: str) -> dict:
 
 def run_child(variant: str, model_dir: str) -> dict:
     """`measure(variant)` in a fresh Python process (its own peak RSS)."""
-    command = [sys.executable, "-m", "benchmarks.memory", "--child", variant, model_dir]
+    command = [sys.executable, "-m", "benchmarks.step_cost.memory", "--child", variant, model_dir]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{variant} failed:\n{done.stderr[-3000:]}")

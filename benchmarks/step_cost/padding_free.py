@@ -22,8 +22,10 @@ a deterministic stand-in for the peak memory of a CPU step; on CUDA the allocato
 log-prob difference to the padded forward, and on CUDA the GPU kernels' seconds in one profiled forward + backward
 against its wall seconds (a small share: the micro-step is bound by launch latency, not by its tokens).
 
-    python -m benchmarks.padding_free [--reps 7] [--threads 1|2] [--recipe YAML] [--skip-long-tail] [--quick]
-    python -m benchmarks.padding_free --device cuda --reps 30 --shapes 8x1024,16x1024,32x512 --bins big=4096
+    python -m benchmarks.step_cost.padding_free [--reps 7] [--threads 1|2] [--recipe YAML] [--skip-long-tail] \\
+        [--quick]
+    python -m benchmarks.step_cost.padding_free --device cuda --reps 30 --shapes 8x1024,16x1024,32x512 \\
+        --bins big=4096
 """
 
 import argparse
@@ -40,6 +42,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, Qwen2Config
 from trl.trainer.utils import add_fused_lm_head
 
+from benchmarks.accuracy.tta_harness import chain_trainer, recipe_settings
 from benchmarks.common import (
     DEVICES,
     QUIET_CPU_RUN,
@@ -49,7 +52,6 @@ from benchmarks.common import (
     print_table,
     ratio_spread,
 )
-from benchmarks.tta_harness import chain_trainer, recipe_settings
 from grpo_hub import GRPOHubConfig
 from grpo_hub.tasks import chain
 from grpo_hub.training.padding_free import BIN_TOKENS, PaddingFreeForward

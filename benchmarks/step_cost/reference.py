@@ -13,7 +13,7 @@ Time: a hard refresh (`refresh_reference_adapter`, mean of repeated calls) divid
          bound of a GRPO step, which also generates and scores; so the printed fraction is an upper bound.
 Run:
 
-    OMP_NUM_THREADS=1 python -m benchmarks.reference [--skip-05b]
+    OMP_NUM_THREADS=1 python -m benchmarks.step_cost.reference [--skip-05b]
 """
 
 import argparse

@@ -11,7 +11,7 @@ Printed per configuration: median seconds of the whole step, its generation part
 forwards, the budgets' allocation) and its train part (forward, backward, optimizer step), each with the paired ratio
 to uniform (median, min, max); generated rows and tokens per step, and the budgets' spread (std, min-max).
 
-    python -m benchmarks.rollout_budget [--reps 5] [--warm 2] [--device cpu|cuda] [--quick]
+    python -m benchmarks.step_cost.rollout_budget [--reps 5] [--warm 2] [--device cpu|cuda] [--quick]
 """
 
 import argparse
@@ -22,7 +22,7 @@ import torch
 from transformers import TrainerCallback
 
 from benchmarks.common import DEVICES, check_device, interleaved_times, print_table, ratio_spread
-from benchmarks.padding_free import RECIPE, main_job_trainer
+from benchmarks.step_cost.padding_free import RECIPE, main_job_trainer
 
 CONFIGS = {
     "uniform (TRL)": {},

@@ -13,8 +13,8 @@ One plain `trl.GRPOTrainer` supplies the method (its autocast, temperature and f
 `--reps` after a warm-up; CUDA: wall time after `torch.cuda.synchronize`, CPU: process CPU time on one thread. The
 optimizer step is left out (a few ms next to these on a GPU).
 
-    python -m benchmarks.scoring_forward --device cuda    # bf16, Qwen2.5-0.5B shape, 64 rows x (32 + 256) tokens
-    python -m benchmarks.scoring_forward --quick          # CPU smoke run, tiny model (numbers are noise)
+    python -m benchmarks.step_cost.scoring_forward --device cuda   # bf16, Qwen2.5-0.5B, 64 rows x (32 + 256) tokens
+    python -m benchmarks.step_cost.scoring_forward --quick         # CPU smoke run, tiny model (numbers are noise)
 """
 
 import argparse
@@ -38,7 +38,7 @@ from benchmarks.common import (
     use_device,
     zero_signal_dataset,
 )
-from benchmarks.filtering import build_model
+from benchmarks.step_cost.filtering import build_model
 
 
 def clock(device: str) -> float:

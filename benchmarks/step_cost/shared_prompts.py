@@ -1,16 +1,17 @@
 """Shared-prompt forwards (`shared_prompts`) beside padding-free's and TRL's padded ones, side by side in one run: the
 trainer's forward + backward, the tokens it computes, and the activations it keeps for the backward.
 
-prompt-heavy  one micro-batch at the Qwen2.5-0.5B layer shape (`benchmarks.padding_free.long_tail_model`: hidden
-              896, 14 / 2 heads, MLP 4,864, LoRA r 16 on every linear layer, `--layers` layers, vocabulary 32,768),
-              random weights, fp32: `--prompts` prompts of `--prompt-tokens` tokens with `--group` completions each,
-              of up to `--max-completion` tokens drawn from Beta(1.2, 1.8) (mean 40 % of the maximum: the long tail
-              of benchmarks/padding_free.py), in TRL's layout (rows shuffled, padded to the longest prompt and
-              completion); TRL's padded forward with its fused LM head against `PaddingFreeForward` without and
-              with `shared`, fwd + bwd, interleaved, one thread. `--micro-batches k`: the rows are one optimizer
-              step's generation batch, split as TRL splits it into k micro-batches (fwd + bwd of each, gradients
-              accumulated), and shared prompts also run on whole groups (`shared_prompts_whole_groups`: the
-              micro-batches re-split by `whole_group_micro_batches`, as the trainer does).
+prompt-heavy  one micro-batch at the Qwen2.5-0.5B layer shape (`benchmarks.step_cost.padding_free.long_tail_model`:
+              hidden 896, 14 / 2 heads, MLP 4,864, LoRA r 16 on every linear layer, `--layers` layers, vocabulary
+              32,768), random weights, fp32: `--prompts` prompts of `--prompt-tokens` tokens with `--group`
+              completions each, of up to `--max-completion` tokens drawn from Beta(1.2, 1.8) (mean 40 % of the
+              maximum: the long tail of benchmarks/step_cost/padding_free.py), in TRL's layout (rows shuffled, padded
+              to the longest prompt and completion); TRL's padded forward with its fused LM head against
+              `PaddingFreeForward` without and with `shared`, fwd + bwd, interleaved, one thread. `--micro-batches k`:
+              the rows are one optimizer step's generation batch, split as TRL splits it into k micro-batches (fwd +
+              bwd of each, gradients accumulated), and shared prompts also run on whole groups
+              (`shared_prompts_whole_groups`: the micro-batches re-split by `whole_group_micro_batches`, as the
+              trainer does).
 main job      the LoRA main job (`recipes/configs/chain.yaml`: chain model, 8 problems x 8 completions of up to 48
               tokens, one 64-row micro-batch), `GRPOHubTrainer` padded, padding-free and with shared prompts, learning
               rate 0 (torch reseeded before each generation: the same rollouts in the three), one step per repetition,
@@ -24,9 +25,11 @@ min, max), tokens computed per micro-step (with the padding or the bins' tails) 
 tokens (below 1: repeated prompts not computed), and the activations autograd saves for the backward (MiB; parameters left out: a deterministic stand-in for a CPU
 step's peak memory); prompt-heavy also the largest log-prob difference to the padded forward.
 
-    python -m benchmarks.shared_prompts [--reps 3] [--threads 1|2] [--skip-main-job] [--skip-prompt-heavy] [--quick]
-    python -m benchmarks.shared_prompts --skip-main-job --prompts 4 --group 4 --micro-batches 4 --prompt-tokens 256
-    python -m benchmarks.shared_prompts --device cuda --reps 10
+    python -m benchmarks.step_cost.shared_prompts [--reps 3] [--threads 1|2] [--skip-main-job] \\
+        [--skip-prompt-heavy] [--quick]
+    python -m benchmarks.step_cost.shared_prompts --skip-main-job --prompts 4 --group 4 --micro-batches 4 \\
+        --prompt-tokens 256
+    python -m benchmarks.step_cost.shared_prompts --device cuda --reps 10
 """
 
 import argparse
@@ -39,7 +42,7 @@ from functools import partial
 import torch
 
 from benchmarks.common import DEVICES, print_table, ratio_spread
-from benchmarks.padding_free import (
+from benchmarks.step_cost.padding_free import (
     MIB,
     RECIPE,
     PeakMemory,

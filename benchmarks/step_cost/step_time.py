@@ -11,7 +11,7 @@ excluded) and of the whole step (generation included), in process CPU time; `com
 Goal for filtering: training ratio <= (1 - f) + 0.05; the physical floor is 1 - f. Goal for hub-off:
 <= 1.02 (pooled over all f). Run:
 
-    nice python -m benchmarks.step_time [--reps 6] [--steps 1] [--quick]
+    nice python -m benchmarks.step_cost.step_time [--reps 6] [--steps 1] [--quick]
 """
 
 import argparse

@@ -1,6 +1,7 @@
-"""benchmarks/async_wall_clock.py, its pure parts: the two-device model, the report's arithmetic against a naive
-computation (with the harness's accuracy per step and pairing by seed, benchmarks/tta_harness.py), nested call timing
-and when the meter evaluates and stops (benchmarks/wall_clock_meter.py; no vLLM, no wall-clock assertion)."""
+"""benchmarks/accuracy/async_wall_clock.py, its pure parts: the two-device model, the report's arithmetic
+against a naive computation (with the harness's accuracy per step and pairing by seed,
+benchmarks/accuracy/tta_harness.py), nested call timing and when the meter evaluates and stops
+(benchmarks/accuracy/wall_clock_meter.py; no vLLM, no wall-clock assertion)."""
 
 import contextlib
 import json
@@ -11,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks import async_wall_clock as awc
-from benchmarks import tta_harness as harness
-from benchmarks import wall_clock_meter as wcm
+from benchmarks.accuracy import async_wall_clock as awc
+from benchmarks.accuracy import tta_harness as harness
+from benchmarks.accuracy import wall_clock_meter as wcm
 
 
 def test_the_modeled_overlap_buys_at_most_one_over_the_larger_share():

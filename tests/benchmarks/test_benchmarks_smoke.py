@@ -30,7 +30,7 @@ def sections() -> dict[str, str]:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    parts = re.split(r"^# benchmarks\.(\w+) .*$", done.stdout, flags=re.MULTILINE)
+    parts = re.split(r"^# benchmarks\.\w+\.(\w+) .*$", done.stdout, flags=re.MULTILINE)
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 

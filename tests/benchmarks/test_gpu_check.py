@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py: its command matrix, its table, its exit status; the CUDA paths fail clearly
+"""benchmarks/gpu/gpu_check.py: its command matrix, its table, its exit status; the CUDA paths fail clearly
 without a GPU. (The runs themselves are the recipe's, tested in tests/recipes.)"""
 
 import sys
@@ -6,12 +6,12 @@ import sys
 import pytest
 import torch
 
-from benchmarks import gpu_check
 from benchmarks.__main__ import main as benchmarks_main
-from benchmarks.filtering import main as filtering_main
-from benchmarks.padding_free import main as padding_free_main
-from benchmarks.scoring_forward import main as scoring_forward_main
-from benchmarks.time_to_accuracy import main as time_to_accuracy_main
+from benchmarks.accuracy.time_to_accuracy import main as time_to_accuracy_main
+from benchmarks.gpu import gpu_check
+from benchmarks.step_cost.filtering import main as filtering_main
+from benchmarks.step_cost.padding_free import main as padding_free_main
+from benchmarks.step_cost.scoring_forward import main as scoring_forward_main
 
 
 def test_dry_run_lists_every_config_and_recipe_with_one_process(capsys):

@@ -1,12 +1,12 @@
-"""benchmarks.pass_at_k's figures from right counts (no sampling), its seed averaging, and the stored measurement
-(docs/pass-at-k.json): its figures are what its counts give, and `--merge` re-renders it."""
+"""benchmarks.accuracy.pass_at_k's figures from right counts (no sampling), its seed averaging, and the stored
+measurement (docs/pass-at-k.json): its figures are what its counts give, and `--merge` re-renders it."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from benchmarks import pass_at_k as bench
+from benchmarks.accuracy import pass_at_k as bench
 from grpo_hub.algos.pass_at_k import both_outcomes_in_group, pass_at_k
 from tests.conftest import REPO_ROOT
 

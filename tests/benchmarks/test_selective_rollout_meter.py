@@ -2,8 +2,8 @@
 
 import pytest
 
-from benchmarks import selective_rollout
-from benchmarks.rollout_tasks import TASKS
+from benchmarks.accuracy import selective_rollout
+from benchmarks.accuracy.rollout_tasks import TASKS
 
 pytestmark = pytest.mark.slow
 

@@ -3,8 +3,9 @@ for byte as the fixtures in `stored_reports/` hold them: NAME.txt the report; NA
 the SHA-256 of the whole file (its runs are the stored ones, passed through).
 
 The fixtures are the output of `render` as the benchmarks printed and wrote it before their shared harness was drawn out
-of them (benchmarks/tta_harness.py): a change to the harness that changes a report or a stored file fails here. Never
-rewrite a fixture to make this test pass; a deliberate change of a report rewrites it in its own commit, which says so.
+of them (benchmarks/accuracy/tta_harness.py): a change to the harness that changes a report or a stored file
+fails here. Never rewrite a fixture to make this test pass; a deliberate change of a report rewrites it in its
+own commit, which says so.
 """
 
 import hashlib
@@ -16,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import async_wall_clock as awc
-from benchmarks import clocks
-from benchmarks import time_to_accuracy as tta
+from benchmarks.accuracy import async_wall_clock as awc
+from benchmarks.accuracy import clocks
+from benchmarks.accuracy import time_to_accuracy as tta
 from tests.conftest import REPO_ROOT
 
 FIXTURES = Path(__file__).parent / "stored_reports"
@@ -50,7 +51,8 @@ def render_async(stored: Path, written: Path) -> None:
 
 
 def render_tta(stored: Path, written: Path, monkeypatch) -> None:
-    """`python -m benchmarks.time_to_accuracy --merge STORED --json WRITTEN`: the report of docs/time-to-accuracy.md."""
+    """`python -m benchmarks.accuracy.time_to_accuracy --merge STORED --json WRITTEN`: the report of
+    docs/time-to-accuracy.md."""
     monkeypatch.setattr(sys, "argv", ["time_to_accuracy", "--merge", str(stored), "--json", str(written)])
     tta.main()
 

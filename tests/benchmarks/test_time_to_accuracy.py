@@ -1,6 +1,6 @@
-"""benchmarks/time_to_accuracy.py, accuracy_summary.py, clocks.py and the testbed of tta_harness.py: the smoothing
-rule, the GPU calibration, the summary's ratios on both clocks against a naive computation, and a short run's evaluation
-points."""
+"""benchmarks/accuracy/time_to_accuracy.py, accuracy_summary.py, clocks.py and the testbed of tta_harness.py:
+the smoothing rule, the GPU calibration, the summary's ratios on both clocks against a naive computation, and
+a short run's evaluation points."""
 
 import json
 import math
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmarks import accuracy_summary, clocks
-from benchmarks import time_to_accuracy as tta
-from benchmarks import tta_harness as harness
+from benchmarks.accuracy import accuracy_summary, clocks
+from benchmarks.accuracy import time_to_accuracy as tta
+from benchmarks.accuracy import tta_harness as harness
 
 
 def points(accuracies, step=10.0):
@@ -327,7 +327,7 @@ def test_the_stored_run_describes_itself():
     """docs/time-to-accuracy.json names its seeds once, and each configuration it ran with its settings."""
     import json
 
-    stored = json.loads((Path(tta.__file__).parent.parent / "docs" / "time-to-accuracy.json").read_text())
+    stored = json.loads((Path(tta.__file__).parents[2] / "docs" / "time-to-accuracy.json").read_text())
     record = stored["run"]
     assert (
         set(record["configs"]) == set(stored["points"]) and "header" not in stored and "seeds" not in stored

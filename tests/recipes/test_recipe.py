@@ -25,13 +25,15 @@ CHAIN_FAST = {
     "selective_rollout": True,
     "selective_rollout_revisit_after": 1,
 }  # the recommended preset's switch
+# the main job, the recommended preset, step credit and the time-to-accuracy testbed
+# (benchmarks/accuracy/time_to_accuracy.py)
 CHAIN_CONFIGS = (
     "chain",
     "chain-fast",
     "chain-steps",
     "chain-full",
     "chain-full-fast",
-)  # the main job, the recommended preset, step credit and the time-to-accuracy testbed (benchmarks/time_to_accuracy.py)
+)
 STEP_CREDIT = ["chain_correctness_reward", "chain_step_reward"]  # chain-steps.yaml's rewards
 FULL_FINE_TUNING = ("arithmetic-full", "chain-full", "chain-full-fast")
 SERVER_CONFIGS = ("chain-server", "chain-async")  # the main job with generation on a local vLLM server
