@@ -50,6 +50,7 @@ import torch
 from transformers import AutoTokenizer
 from trl import GRPOConfig
 
+from benchmarks import chain_testbed as testbed
 from benchmarks.accuracy import clocks
 from benchmarks.accuracy import tta_harness as harness
 from benchmarks.accuracy.wall_clock_meter import DIAGNOSTICS, Meter
@@ -132,7 +133,7 @@ def run(
     `time_budget` the steps `time_budget_seconds=budget` plans (at most TIME_BUDGET_CAP; evaluations off its clock).
     Evaluations at evenly spaced steps without a budget or with `step_marks`, else at evenly spaced fractions of the
     budget."""
-    fields, lora = harness.recipe_settings(RECIPE)
+    fields, lora = testbed.recipe_settings(RECIPE)
     prompts = fields.pop("num_prompts")
     if max_steps is not None:
         fields["max_steps"] = max_steps
@@ -142,7 +143,7 @@ def run(
     settings = CONFIGS[name]
     if settings is None:
         pin({TRAINER_CORE, SERVER_CORE})
-        args = GRPOConfig(**harness.plain_trl(common))
+        args = GRPOConfig(**testbed.plain_trl(common))
     else:
         pin({TRAINER_CORE})
         args = GRPOHubConfig(**common, **SERVER_FIELDS, vllm_server_base_url=server_url, **settings)
@@ -153,7 +154,7 @@ def run(
     model_dir = chain_model_path()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     meter = Meter(tokenizer, marks, unit, per_level, deadline=budget if unit == "steps" else None)
-    trainer = harness.chain_trainer(args, meter, lora, prompts, seed)
+    trainer = testbed.chain_trainer(args, meter, lora, prompts, seed)
     if name.endswith(SCORING_FORWARD):
         trainer._use_loss_time_is(False)
     if time_budget:

@@ -37,6 +37,7 @@ import torch
 from transformers import AutoTokenizer, TrainerCallback
 from trl import GRPOConfig
 
+from benchmarks import chain_testbed as testbed
 from benchmarks.accuracy import clocks
 from benchmarks.accuracy import tta_harness as harness
 from benchmarks.accuracy.accuracy_summary import (
@@ -224,7 +225,7 @@ def run(
 ) -> list[dict]:
     """Train configuration `name` for `budget` seconds on the measured clock (CPU time, or GPU wall time with
     `device="cuda"`) and on the modeled GPU clock of `costs`, if given; return its evaluation points."""
-    fields, lora = harness.recipe_settings(RECIPE)
+    fields, lora = testbed.recipe_settings(RECIPE)
     check_schedule(fields)
     prompts = fields.pop("num_prompts")
     model_dir = chain_model_path()
@@ -240,20 +241,20 @@ def run(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     clock = time.process_time if device == "cpu" else synchronized_wall_clock
     meter = Meter(tokenizer, budget, points, args.num_generations, per_level, costs, clock)
-    harness.chain_trainer(args, meter, lora, prompts, seed).train()
+    testbed.chain_trainer(args, meter, lora, prompts, seed).train()
     return meter.points
 
 
 def training_args(common: dict, extra: dict | None) -> GRPOConfig:
     """Plain TRL's config of the testbed's fields `common` (`extra` None), or grpo_hub's with `extra` over them (a
     configuration may change a testbed field, e.g. the preset's padding_free)."""
-    return GRPOConfig(**harness.plain_trl(common)) if extra is None else GRPOHubConfig(**{**common, **extra})
+    return GRPOConfig(**testbed.plain_trl(common)) if extra is None else GRPOHubConfig(**{**common, **extra})
 
 
 def configurations() -> dict[str, dict | None]:
     """CONFIGS and "preset": the recommended preset's fields that differ from the testbed's."""
-    preset, _ = harness.recipe_settings(PRESET)
-    base, _ = harness.recipe_settings(RECIPE)
+    preset, _ = testbed.recipe_settings(PRESET)
+    base, _ = testbed.recipe_settings(RECIPE)
     return {**CONFIGS, "preset": {k: v for k, v in preset.items() if base.get(k) != v}}
 
 
@@ -303,7 +304,7 @@ def run_record(
     """What a stored run holds, named once: the testbed (recipe and its settings, the chain model's build fingerprint,
     the measured clock's device, budget, evaluations), the seeds, and every configuration it ran with its settings
     over the recipe's (plain TRL: none; 'preset': read from PRESET)."""
-    base, _ = harness.recipe_settings(RECIPE)
+    base, _ = testbed.recipe_settings(RECIPE)
     return {
         "recipe": RECIPE,
         "device": device_name(device),

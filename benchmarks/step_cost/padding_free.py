@@ -42,7 +42,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, Qwen2Config
 from trl.trainer.utils import add_fused_lm_head
 
-from benchmarks.accuracy.tta_harness import chain_trainer, recipe_settings
+from benchmarks.chain_testbed import chain_trainer, recipe_settings
 from benchmarks.common import (
     DEVICES,
     QUIET_CPU_RUN,

@@ -1,6 +1,6 @@
-"""benchmarks/accuracy/time_to_accuracy.py, accuracy_summary.py, clocks.py and the testbed of tta_harness.py:
-the smoothing rule, the GPU calibration, the summary's ratios on both clocks against a naive computation, and
-a short run's evaluation points."""
+"""benchmarks/accuracy/time_to_accuracy.py, accuracy_summary.py, clocks.py and the chain testbed
+(benchmarks/chain_testbed.py): the smoothing rule, the GPU calibration, the summary's ratios on both clocks against
+a naive computation, and a short run's evaluation points."""
 
 import json
 import math
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from benchmarks import chain_testbed as testbed
 from benchmarks.accuracy import accuracy_summary, clocks
 from benchmarks.accuracy import time_to_accuracy as tta
-from benchmarks.accuracy import tta_harness as harness
 
 
 def points(accuracies, step=10.0):
@@ -200,7 +200,7 @@ def one_thread():
 
 @pytest.mark.slow
 def test_a_short_run_records_every_evaluation_point_and_the_work(one_thread):
-    settings, _ = harness.recipe_settings(tta.RECIPE)
+    settings, _ = testbed.recipe_settings(tta.RECIPE)
     # grid points 4 s apart, about twice a step's CPU seconds: a step that passed two at once would evaluate once
     recorded = tta.run("trl", 0, budget=8.0, points=2, extra=None, per_level=5)
     assert len(recorded) == 3 and recorded[0]["time"] == 0 and recorded[0]["optimizer_steps"] == 0
@@ -223,7 +223,7 @@ def test_a_short_run_records_every_evaluation_point_and_the_work(one_thread):
 
 @pytest.mark.slow
 def test_trained_rows_are_the_batchs_rows_when_padding_free_packs_them_into_fewer(one_thread):
-    settings, _ = harness.recipe_settings(tta.RECIPE)
+    settings, _ = testbed.recipe_settings(tta.RECIPE)
     recorded = tta.run("padding-free", 0, budget=1.0, points=1, extra={"padding_free": True}, per_level=2)
     last = recorded[-1]
     assert last["optimizer_steps"] >= 1 and last["micro_steps"] >= last["optimizer_steps"]
@@ -235,8 +235,8 @@ def test_trained_rows_are_the_batchs_rows_when_padding_free_packs_them_into_fewe
 
 
 def test_the_preset_runs_its_own_fields_over_the_testbeds(tmp_path):
-    fields, _ = harness.recipe_settings(tta.RECIPE)
-    preset, _ = harness.recipe_settings(tta.PRESET)
+    fields, _ = testbed.recipe_settings(tta.RECIPE)
+    preset, _ = testbed.recipe_settings(tta.PRESET)
     common = {**fields, "output_dir": str(tmp_path), "use_cpu": True}
     common.pop("num_prompts")
     changed = tta.configurations()["preset"]
@@ -335,7 +335,7 @@ def test_the_stored_run_describes_itself():
     assert all(len(runs) == len(record["seeds"]) for runs in stored["points"].values())
     for name, settings in record["configs"].items():
         assert settings == (tta.CONFIGS[name] or {}), name
-    assert record["recipe_settings"] == harness.recipe_settings(tta.RECIPE)[0]
+    assert record["recipe_settings"] == testbed.recipe_settings(tta.RECIPE)[0]
 
 
 def test_a_run_is_sampled_at_the_cpu_grid_with_row_weighted_group_shares():
