@@ -1,5 +1,6 @@
 """The docs stay true: generated field reference current, field help present, README small, links resolve,
-every repository path named in prose exists (the rule: tests/docs/repo_paths.py)."""
+every repository path named in prose exists (the rule: tests/docs/repo_paths.py), every benchmark command runs a
+module or script that exists."""
 
 import importlib.util
 import re
@@ -16,6 +17,8 @@ SETUP_LINES = (
     'pip install torch==2.13.0 && pip install -e ".[dev,gym,math,space,browser,deepspeed]" && python -m pytest',
 )
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+BENCHMARK_MODULE = re.compile(r"\bpython3?\s+-m\s+(benchmarks[\w.]*)")  # a command may break across lines
+BENCHMARK_SCRIPT = re.compile(r"\bbash\s+(benchmarks/[\w/.-]+\.sh)")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
 
@@ -49,6 +52,22 @@ def anchors(path: Path) -> set[str]:
             if count:
                 seen[f"{slug}-{count}"] = 1
     return set(seen)
+
+
+def benchmark_commands(text: str) -> list[str]:
+    """What every `python -m benchmarks...` (its module) and `bash benchmarks/<room>/<name>.sh` (its script) in
+    `text` runs."""
+    return [m.rstrip(".") for m in BENCHMARK_MODULE.findall(text)] + BENCHMARK_SCRIPT.findall(text)
+
+
+def runs_nothing(command: str) -> bool:
+    """True when a script of `benchmark_commands` is not a file, or its module cannot be imported by name."""
+    if command.endswith(".sh"):
+        return not (ROOT / command).is_file()
+    try:
+        return importlib.util.find_spec(command) is None
+    except ModuleNotFoundError:  # a parent package that is not there
+        return True
 
 
 def test_config_reference_is_current():
@@ -141,3 +160,28 @@ def test_the_path_rule_flags_stale_paths_and_skips_urls_and_other_projects(tmp_p
         (3, "recipes/configs/gone.yaml"),
         (3, "gone.yaml"),
     }
+
+
+def test_every_benchmark_command_in_the_readme_and_docs_runs_something():
+    """`python -m benchmarks.accuracy.time_to_accuracy ...`, `bash benchmarks/gpu/gpu_figures.sh ...`: each module
+    and script named as a command in README.md and docs/*.md exists, so a command copied from a page runs."""
+    pages = [README, *sorted(DOCS.glob("*.md"))]
+    commands = {command for page in pages for command in benchmark_commands(page.read_text(encoding="utf-8"))}
+    assert {"benchmarks", "benchmarks.accuracy.time_to_accuracy", "benchmarks/gpu/gpu_figures.sh"} <= commands
+    assert sorted(command for command in commands if runs_nothing(command)) == []
+
+
+def test_the_command_check_sees_moved_benchmarks():
+    page = (
+        "Run `python -m benchmarks --quick`, `nice python3 -m benchmarks.step_cost.filtering --reps 5`, and\n"
+        "`PYTHONPATH=. /opt/vllm-env/bin/python -m\n  benchmarks.engines.server_sync` or `python -m benchmarks.gpu`.\n"
+        "Moved: `python -m benchmarks.time_to_accuracy --quick`, `python -m benchmarks.gpu.nowhere`,\n"
+        "`bash benchmarks/gpu_figures.sh DIR TAR`; kept: `bash benchmarks/gpu/gpu_round3.sh DIR TAR`.\n"
+    )
+    commands = benchmark_commands(page)
+    assert len(commands) == 8
+    assert [command for command in commands if runs_nothing(command)] == [
+        "benchmarks.time_to_accuracy",
+        "benchmarks.gpu.nowhere",
+        "benchmarks/gpu_figures.sh",
+    ]
