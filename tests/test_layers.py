@@ -3,6 +3,10 @@ imports itself round a loop, within a wing either.
 
 Floors, bottom up: errors -> algos -> generation -> config -> records -> training -> hub -> tasks -> compare -> cli. Read from the AST of every module
 (imports inside functions count too), so a lazy import cannot climb a floor or close a loop unseen.
+
+benchmarks/ sits outside the package, in rooms by what they measure (its sub-packages): a benchmark imports only
+from its own room and the shared modules at the top of benchmarks/, which import no room; no loop either; no folder
+holds more than MAX_MODULES modules and no module is longer than MAX_LINES lines.
 """
 
 import ast
@@ -12,6 +16,8 @@ import grpo_hub
 
 PACKAGE = Path(grpo_hub.__file__).parent
 FLOORS = ["errors", "algos", "generation", "config", "records", "training", "hub", "tasks", "compare", "cli"]
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+MAX_MODULES, MAX_LINES = 12, 500  # per benchmark folder, per benchmark module
 
 
 def wing(module: str) -> str | None:
@@ -102,6 +108,36 @@ def import_cycles(package: Path = PACKAGE) -> list[list[str]]:
     return sorted(list(group) for group in groups)
 
 
+def room(module: str, root: Path = BENCHMARKS) -> str | None:
+    """The room (sub-package of `root`) of a dotted module name under it; None for the modules at its top."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (root / parts[1]).is_dir() else None
+
+
+def room_crossings(root: Path = BENCHMARKS) -> list[str]:
+    """'importer imports imported' for each import of another room's module by a benchmark, and of any room's by a
+    shared module at the top; the runner (`__main__`, which starts every benchmark) is left out."""
+    problems = []
+    for module, imported in sorted(import_graph(root).items()):
+        if module.split(".")[-1] != "__main__":
+            own = room(module, root)
+            problems += [
+                f"{module} imports {t}" for t in sorted(imported) if room(t, root) not in (None, own)
+            ]
+    return problems
+
+
+def oversized(root: Path = BENCHMARKS) -> list[str]:
+    """Each folder of `root` (itself and its packages) with more than MAX_MODULES modules, each module longer than
+    MAX_LINES lines."""
+    folders = [root, *sorted(path.parent for path in root.glob("*/__init__.py"))]
+    counts = {folder: len(list(folder.glob("*.py"))) for folder in folders}
+    lengths = {path: len(path.read_text().splitlines()) for path in sorted(root.rglob("*.py"))}
+    return [f"{f.relative_to(root.parent)}/: {n} modules" for f, n in counts.items() if n > MAX_MODULES] + [
+        f"{p.relative_to(root.parent)}: {n} lines" for p, n in lengths.items() if n > MAX_LINES
+    ]
+
+
 def test_every_wing_is_a_floor():
     wings = {
         p.name.removesuffix(".py")
@@ -176,3 +212,47 @@ def test_the_readme_names_every_wing_in_floor_order_and_links_the_page():
     outside = {"recipes", "spaces_app", "benchmarks"}
     assert [name for name in named if name not in outside] == FLOORS
     assert all((PACKAGE.parent / name).is_dir() for name in outside & set(named))
+
+
+def test_each_benchmark_imports_only_its_room_and_the_shared_modules():
+    assert room_crossings() == []
+
+
+def test_no_benchmark_imports_itself_round_a_loop():
+    assert import_cycles(BENCHMARKS) == []
+
+
+def test_benchmark_folders_and_modules_stay_small():
+    assert oversized() == []
+
+
+def test_the_benchmark_checks_see_crossings_and_sizes(tmp_path):
+    fake = tmp_path / "benchmarks"
+    for folder in ("step_cost", "accuracy"):
+        (fake / folder).mkdir(parents=True)
+        (fake / folder / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text("from benchmarks.accuracy import timed\n")  # the runner: any room
+    (fake / "common.py").write_text("def f():\n    from benchmarks.step_cost import step\n")
+    (fake / "step_cost" / "step.py").write_text("from benchmarks import common\nfrom . import packed\n")
+    (fake / "step_cost" / "packed.py").write_text("from benchmarks.accuracy.timed import run\n")
+    (fake / "accuracy" / "timed.py").write_text(
+        "from benchmarks.common import f\nrun = 1\n" + "x = 1\n" * MAX_LINES
+    )
+    for n in range(MAX_MODULES - 1):
+        (fake / "accuracy" / f"m{n}.py").write_text("")
+    assert room_crossings(fake) == [
+        "benchmarks.common imports benchmarks.step_cost.step",
+        "benchmarks.step_cost.packed imports benchmarks.accuracy.timed",
+    ]
+    loop = [
+        "benchmarks.accuracy.timed",
+        "benchmarks.common",
+        "benchmarks.step_cost.packed",
+        "benchmarks.step_cost.step",
+    ]
+    assert import_cycles(fake) == [loop]
+    assert oversized(fake) == [
+        "benchmarks/accuracy/: 13 modules",
+        f"benchmarks/accuracy/timed.py: {MAX_LINES + 2} lines",
+    ]
