@@ -32,10 +32,10 @@ from trl import ModelConfig, get_peft_config
 from trl.models import unwrap_model_for_generation
 
 from grpo_hub import GRPOHubConfig, GRPOHubTrainer
-from grpo_hub.config import config_files, value_ranges
+from grpo_hub.config import config_files, recipe_parser, value_ranges
 from grpo_hub.config.cpu_threads import use_cpu_cores
-from grpo_hub.config.recipe_parser import RecipeParser, check_recipe_arguments, fail, requested_task
-from grpo_hub.errors import field_error, field_message
+from grpo_hub.config.recipe_parser import RecipeParser, fail
+from grpo_hub.errors import field_message
 from grpo_hub.generation import server_process
 from grpo_hub.hub import HubPushCallback
 from grpo_hub.records import run_summary
@@ -134,7 +134,7 @@ class RecipeArguments:
 
     def __post_init__(self):
         # ranges (value_ranges.RECIPE_RANGES) and the flags' dependencies
-        check_recipe_arguments(self, HELDOUT_PER_LEVEL)
+        recipe_parser.check_recipe_arguments(self, HELDOUT_PER_LEVEL)
 
 
 def task_preset(task: str) -> Path:
@@ -145,24 +145,14 @@ def task_preset(task: str) -> Path:
 def check_parsed(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args: ModelConfig) -> None:
     """What the values alone decide across the three dataclasses, before a model or dataset is loaded."""
     value_ranges.check_recipe_settings(recipe_args, model_args)
-    try:
-        rewards = len(get_reward_funcs(recipe_args.task, recipe_args.reward_funcs))
-    except ValueError as error:
-        field_error("reward_funcs", f"{error}.", "name only those, each once, or drop --reward_funcs.")
-    if training_args.reward_weights is not None and len(training_args.reward_weights) != rewards:
-        field_error(
-            "reward_weights",
-            f"{len(training_args.reward_weights)} weights for the {rewards} reward function(s) of this run "
-            f"(task {recipe_args.task!r}, reward_funcs {recipe_args.reward_funcs}).",
-            f"give {rewards} weight(s), or drop --reward_weights.",
-        )
+    recipe_parser.check_reward_choice(recipe_args, training_args.reward_weights, get_reward_funcs)
 
 
 def make_parser(argv: list[str] | None = None) -> RecipeParser:
     """The parser of (RecipeArguments, GRPOHubConfig, ModelConfig), its defaults the preset of the task `argv`
     names (`task_preset`) on this machine's device; a YAML `--config` and the flags override them."""
     parser = RecipeParser((RecipeArguments, GRPOHubConfig, ModelConfig), check_parsed)
-    task = requested_task(sys.argv[1:] if argv is None else argv, TASKS, DEFAULT_TASK)
+    task = recipe_parser.requested_task(sys.argv[1:] if argv is None else argv, TASKS, DEFAULT_TASK)
     has_cuda = torch.cuda.is_available()
     parser.set_defaults(**config_files.read_config(task_preset(task)), use_cpu=not has_cuda, bf16=has_cuda)
     return parser
@@ -218,11 +208,8 @@ def main(recipe_args: RecipeArguments, training_args: GRPOHubConfig, model_args:
     """Train, save the model/adapter to `output_dir`, print and write the summary; return it."""
     # the offline model named like the task (chain, arithmetic), else the random tiny model
     model_name = model_args.model_name_or_path or OFFLINE_MODELS.get(recipe_args.task, build_tiny_model)()
-    if (
-        model_args.model_name_or_path
-        and training_args.learning_rate
-        == config_files.read_config(task_preset(recipe_args.task))["learning_rate"]
-    ):
+    preset_learning_rate = config_files.read_config(task_preset(recipe_args.task))["learning_rate"]
+    if model_args.model_name_or_path and training_args.learning_rate == preset_learning_rate:
         logger.warning(
             "learning_rate=%s is the offline model's default; for a real model set --learning_rate (e.g. 1e-5) "
             "or start from recipes/configs/qwen2.5-0.5b-math.yaml",
@@ -305,9 +292,7 @@ def train_and_report(
 
 if __name__ == "__main__":
     quiet_upstream_warnings()
-    if (
-        not sys.stdout.isatty()
-    ):  # a log file: one line per step and no tqdm redraws (grpo_hub.records.console)
+    if not sys.stdout.isatty():  # a log file: a line per step, no tqdm redraws (grpo_hub.records.console)
         plain_upstream_bars()
     recipe_args, training_args, model_args = make_parser().parse_args_and_config()
     main(recipe_args, training_args, model_args)

@@ -5,7 +5,9 @@ Unknown flags and YAML keys get the closest known name, prefixes of flags are re
 argparse's refusals name the field and what it takes (`flag_values.argparse_field_error`), YAML values are checked
 as their flag would be (`flag_values.yaml_value`), a YAML file may name a parent (`base:`, `config_files`) and export
 variables (`env:`), and every value the dataclasses refuse when built (GRPOHubConfig's checks, TRL's and
-transformers' own) or the recipe's own `check_parsed` refuses is one line too.
+transformers' own) or the recipe's own `check_parsed` refuses is one line too. The recipe's own arguments are checked
+here as well: their ranges and placement flags (`check_recipe_arguments`), the reward functions and their weights
+(`check_reward_choice`).
 """
 
 from __future__ import annotations
@@ -98,6 +100,24 @@ def check_recipe_arguments(args, heldout_per_level: Mapping[str, int]) -> None:
             "eval_per_level",
             f"{chosen} problems per level, but task {args.task!r} holds out {available} per level.",
             f"give at most {available}, or drop --eval_per_level for all of them.",
+        )
+
+
+def check_reward_choice(args, weights: Sequence[float] | None, reward_funcs_of: Callable) -> None:
+    """The reward functions a run trains on: `args.reward_funcs` (`RecipeArguments`) names functions
+    `reward_funcs_of(args.task, names)` accepts (its ValueError, an unknown or repeated name, becomes the field's
+    error), and `weights` (`--reward_weights`) has one weight per function. The lookup is the recipe's
+    (`grpo_hub.tasks.get_reward_funcs`: tasks sit above config)."""
+    try:
+        rewards = len(reward_funcs_of(args.task, args.reward_funcs))
+    except ValueError as error:
+        field_error("reward_funcs", f"{error}.", "name only those, each once, or drop --reward_funcs.")
+    if weights is not None and len(weights) != rewards:
+        field_error(
+            "reward_weights",
+            f"{len(weights)} weights for the {rewards} reward function(s) of this run "
+            f"(task {args.task!r}, reward_funcs {args.reward_funcs}).",
+            f"give {rewards} weight(s), or drop --reward_weights.",
         )
 
 
