@@ -130,10 +130,11 @@ class AsyncRollouts:
         self.metrics["async/in_flight"].append(float(len(self.queue)))
         return head.inputs
 
-    def next_batch(self, inputs: list, step: int, stream, prompt_ids) -> list:
+    def next_batch(self, inputs: list, step: int, stream, prompt_ids, prepare=None) -> list:
         """The batch to train at optimizer step `step`: launch `inputs` (the batch `stream` pulled last; at the start
-        and after a resume also k more read ahead from `stream`) and pop the oldest launched one. `prompt_ids(batch)`:
-        the token ids TRL's generate sends for a batch. The server must already serve step `step`'s policy."""
+        and after a resume also k more read ahead from `stream`, each first through `prepare(batch)` when given, as
+        `inputs` went: e.g. its hints) and pop the oldest launched one. `prompt_ids(batch)`: the token ids TRL's
+        generate sends for a batch. The server must already serve step `step`'s policy."""
         before = (stream.epoch, max(stream.consumed - stream.period, 0))  # `inputs` is the last batch pulled
         self.launch(inputs, prompt_ids(inputs), step, before)
         while self.priming():
@@ -141,6 +142,7 @@ class AsyncRollouts:
             ahead = stream.next_batch()
             if ahead is None:  # the epoch has no full batch left
                 break
+            ahead = prepare(ahead) if prepare is not None else ahead
             self.launch(ahead, prompt_ids(ahead), step, before)
         head = self.pop(step)
         stream.held = self.resume_position()

@@ -87,6 +87,10 @@ class HintedRollouts:
             rows.append(with_hint(row, hint))
         return rows
 
+    def at_step(self, state) -> functools.partial:
+        """`apply` at the trainer's `state` (its global_step of max_steps)."""
+        return functools.partial(self.apply, progress=state.global_step / max(state.max_steps, 1))
+
     def prompt_ids(self, prompts: list, tokenize) -> tuple:
         """`tokenize(prompts)` (TRL's `_tokenize_prompts`: ids, images, fields) where each marked hint message is
         left out of the chat template and its text's tokens end the prompt instead."""

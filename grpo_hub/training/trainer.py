@@ -140,14 +140,17 @@ class GRPOHubTrainer(GRPOTrainer):
         if on:
             self.add_callback(loss_time_is.FlushCallback(self._loss_time_is))
 
-    def _next_async_batch(self, inputs):
+    def _next_async_batch(self, inputs, prepare):
         """max_staleness > 0: sync the server to this step's policy (TRL's own check), then the oldest launched batch
-        (`AsyncRollouts.next_batch`); `prompt_ids` are the token ids TRL's `_generate` sends for a batch."""
+        (`AsyncRollouts.next_batch`; `prepare`: the hints of a batch read ahead, or None); `prompt_ids` are the token
+        ids TRL's `_generate` sends for a batch."""
         if self._last_loaded_step != self.state.global_step:
             self.vllm_generation.sync_weights()
             self._last_loaded_step = self.state.global_step
         prompt_ids = lambda rows: self._tokenize_prompts(copy.deepcopy([x["prompt"] for x in rows]))[0]  # noqa: E731
-        return self._rollouts.next_batch(inputs, self.state.global_step, self._batch_stream, prompt_ids)
+        return self._rollouts.next_batch(
+            inputs, self.state.global_step, self._batch_stream, prompt_ids, prepare
+        )
 
     def _tokenize_prompts(self, prompts: list):
         """TRL's prompt ids; a hinted prompt's hint follows as the answer's start (training.hints)."""
@@ -251,10 +254,10 @@ class GRPOHubTrainer(GRPOTrainer):
             inputs = self._selector.select(inputs)
         if mode == "train" and self._budgets is not None:  # each prompt its own number of completions
             inputs = self._budgets.assign(inputs)
-        if mode == "train" and self._hints is not None:  # hard prompts start from their first steps
-            inputs = self._hints.apply(inputs, self.state.global_step / max(self.state.max_steps, 1))
+        hint = self._hints.at_step(self.state) if mode == "train" and self._hints is not None else None
+        inputs = hint(inputs) if hint else inputs  # hard prompts start from their solution's first steps
         if mode == "train" and self._rollouts is not None:  # asynchronous: train the oldest launched batch
-            inputs = self._next_async_batch(inputs)
+            inputs = self._next_async_batch(inputs, hint)
         check_batch_prompts(inputs, environment_prompts=self.environment_factories is not None)
         in_loss = self._loss_time_is if mode == "train" else None  # vLLM IS ratio from the training forward
         with loss_time_is.scoring_without_ratio(self, in_loss):

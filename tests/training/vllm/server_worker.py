@@ -152,6 +152,7 @@ def train(
     forwards, per_step = is_path_probe.install(trainer, trl_path)
     scored_tokens = count_scored_tokens(trainer.model)
     record = install_probe(trainer)
+    record["hinted_prompt_ids"] = note_hinted_prompt_ids(trainer) if trainer._hints is not None else None
     # the probe's forwards (after each sync) are no scoring forwards
     forwards.pause_during(trainer.vllm_generation, "sync_weights")
     forwards.pause_during(trainer.vllm_generation.grpo_hub_sync, "sync")
@@ -170,6 +171,25 @@ def train(
         packed_forwards=scored_tokens[1],
         **is_path_probe.fields(path_lines, forwards, per_step),
     )
+
+
+def note_hinted_prompt_ids(trainer) -> list[int]:
+    """Every prompt-id list the trainer sends for generation (TRL's `_generate` and asynchronous rollouts both take
+    them from `_tokenize_prompts`) that holds a hint: the count per call whose ids end with the hint's tokens."""
+    tokenize, counts = trainer._tokenize_prompts, []
+
+    def noted(prompts):
+        ids, *rest = tokenize(prompts)
+        hinted = [
+            (row, trainer._hints.encode(p[-1]["content"]))
+            for row, p in zip(ids, prompts, strict=True)
+            if p[-1].get("grpo_hub_hint")
+        ]
+        counts.append(sum(list(row[-len(end) :]) == end for row, end in hinted))
+        return (ids, *rest)
+
+    trainer._tokenize_prompts = noted
+    return counts
 
 
 def main():

@@ -19,6 +19,8 @@ ASYNC = {**LORA, "max_staleness": 1, "max_steps": 4}
 # A per-request seed makes the server's sampling reproducible (unseeded, two runs from the same weights drew other
 # completions at step 1): the IS path runs (`_trl`: TRL's scoring forward, the baseline) then compare.
 SEEDED = {"generation_kwargs": {"seed": 0}}
+# hint-guided rollouts whose lengths are decided every 4 completions of a level: hints from the second step
+HINTS = {"hint_column": "solution", "hint_separator": ",", "hint_group_column": "level", "hint_window": 4}
 ONE_RANK_RUNS = {
     "merged": {**LORA, **SEEDED, "vllm_server_sync": "merged"},
     "merged_trl": {**LORA, **SEEDED, "vllm_server_sync": "merged", "trl_path": True},
@@ -37,6 +39,8 @@ ONE_RANK_RUNS = {
         "dynamic_sampling_max_rounds": 3,
         "dynamic_sampling_target_groups": 4,
     },
+    "hints": {**LORA, **SEEDED, **HINTS, "max_steps": 4},
+    "async_hints": {**ASYNC, **HINTS},
     "async_ref_filter": {
         **ASYNC,
         "beta": 0.04,
@@ -101,6 +105,17 @@ def test_async_rows_are_at_most_k_steps_stale(runs, name, k):
     last = result["log_history"][-2]  # the last step's log (the final entry is the run summary)
     assert "vllm_is/abs_logp_diff_mean" in last and "sampling/importance_sampling_ratio/mean" in last
     assert "vllm_is/frac_truncated" in last or "vllm_is/frac_masked" in last
+
+
+@pytest.mark.parametrize("name", ["hints", "async_hints"])
+def test_hinted_prompts_reach_the_server_and_train(runs, name):
+    """The prompt ids sent for generation end with each hint's tokens; hinted rows are logged every step, some step
+    hints some, the server stays in sync with the trainer."""
+    result = runs[name][0]
+    logs = [log for log in result["log_history"] if "hints/share_hinted" in log]
+    assert len(logs) == result["global_step"] and max(log["hints/share_hinted"] for log in logs) > 0, logs
+    assert sum(probe(runs, name)["hinted_prompt_ids"]) > 0, "no hinted prompt ids were sent"
+    assert max(probe(runs, name)["abs_logp_diff"]) < SERVED_MISMATCH_BOUND
 
 
 def test_async_composes_with_the_reference_adapter_filtering_and_reward_clip(runs):
