@@ -211,3 +211,31 @@ def test_two_ranks_hint_alike_and_train_the_same_weights(name):
             len(set(together[i : i + 4])) == 1 for i in range(0, len(together), 4)
         )  # a group: one hint
     assert first["param_fingerprint"] == second["param_fingerprint"], "the ranks' weights diverged"
+
+
+def test_a_hinted_batch_packs_exactly_with_padding_free_and_shared_prompts(tmp_path):
+    """A hinted prompt is a prompt: the packed and shared-prompt forwards of a hinted batch give TRL's padded
+    log-probs (to fp32 rounding), its rows grouped by their hinted prompt."""
+    trainers = {
+        name: chain_trainer(tmp_path / name, **HINTS, **settings)
+        for name, settings in {
+            "padded": {},
+            "packed": {"padding_free": True},
+            "shared": {"padding_free": True, "shared_prompts": True},
+        }.items()
+    }
+    rows = batch_rows(trainers["padded"])
+    for trainer in trainers.values():
+        trainer._hints.lengths[rows[0]["level"]] = 1
+    output = scored(trainers["padded"], rows)
+    assert trainers["padded"]._metrics["train"]["hints/share_hinted"][-1] > 0, "no row was hinted"
+    ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+    mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+    keep = output["completion_ids"].shape[1]
+    logps = {
+        name: trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep)[0].detach()
+        for name, trainer in trainers.items()
+    }
+    real = output["completion_mask"].bool()
+    for name in ("packed", "shared"):
+        torch.testing.assert_close(logps[name][real], logps["padded"][real], rtol=0, atol=1e-4)
