@@ -33,6 +33,7 @@ BENCHMARKS = {
     "scoring_forward": ("benchmarks.step_cost.scoring_forward", ["--quick"]),
     "padding_free": ("benchmarks.step_cost.padding_free", ["--quick"]),
     "pass_at_k": ("benchmarks.accuracy.pass_at_k", ["--quick"]),
+    "hint_reach": ("benchmarks.accuracy.hint_reach", ["--quick"]),
     "shared_prompts": ("benchmarks.step_cost.shared_prompts", ["--quick"]),
     "rollout_budget": ("benchmarks.step_cost.rollout_budget", ["--quick"]),
 }

@@ -133,6 +133,18 @@ def test_selective_rollout_table(sections):
         assert [int(r) for _, r in points] == sorted(int(r) for _, r in points)
 
 
+def test_hint_reach_tables(sections):
+    """Per level, the base model's greedy accuracy with a hint of 0 .. level - 1 clauses and the share of answers first
+    wrong at each clause (or all right): shares of one set of problems, summing to 1."""
+    tables = sections["hint_reach"].split("\nlevel ")[1:]
+    assert [table.split(":")[0] for table in tables] == ["1", "2", "3", "4"]
+    for level, table in enumerate(tables, start=1):
+        (row,) = table_rows(table)
+        assert row[0] == "base" and len(row) == 1 + level + level + 1
+        assert all(0 <= finite(cell) <= 1 for cell in row[1:])
+        assert math.isclose(sum(finite(cell) for cell in row[1 + level :]), 1.0, abs_tol=0.02)
+
+
 def test_pass_at_k_tables(sections):
     passes, budgets = sections["pass_at_k"].split("A group of b completions sees a right answer")
     pass_rows, budget_rows = table_rows(passes), table_rows(budgets)
