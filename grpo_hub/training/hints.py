@@ -228,6 +228,8 @@ def check_dataset(dataset, column: str, separator: str, rows: int = 256) -> None
     if column not in names:
         field_error("hint_column", f"the training dataset has no column {column!r} (columns: {sorted(names)}).",
                     "name the column that holds each prompt's reference solution.")  # fmt: skip
+    if not hasattr(dataset, "select"):  # an iterable dataset: its rows are checked as they come
+        return
     solutions = dataset.select(range(min(rows, len(dataset))))[column]
     if not any(len(solution_steps(s, separator)) > 1 for s in solutions if isinstance(s, (str, list, tuple))):
         field_error("hint_separator", f"{separator!r} splits none of the first {len(solutions)} solutions of "

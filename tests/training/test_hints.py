@@ -239,3 +239,12 @@ def test_a_hinted_batch_packs_exactly_with_padding_free_and_shared_prompts(tmp_p
     real = output["completion_mask"].bool()
     for name in ("packed", "shared"):
         torch.testing.assert_close(logps[name][real], logps["padded"][real], rtol=0, atol=1e-4)
+
+
+def test_an_iterable_dataset_is_checked_for_its_column_and_its_rows_as_they_come():
+    from grpo_hub.training.hints import check_dataset
+
+    rows = Dataset.from_dict({"prompt": ["a"], "solution": ["1,2"]}).to_iterable_dataset()
+    check_dataset(rows, "solution", ",")  # no select(): the separator is checked row by row
+    with pytest.raises(ValueError, match=r"`hint_column`: the training dataset has no column 'steps'"):
+        check_dataset(rows, "steps", ",")
