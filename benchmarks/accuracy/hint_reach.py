@@ -24,27 +24,7 @@ import torch
 from benchmarks.accuracy.pass_at_k import MAIN_JOB, SEED_SUFFIX, load_model
 from grpo_hub.algos.hints import hint_text
 from grpo_hub.tasks import chain
-from grpo_hub.tasks.arithmetic import chat_prompt, parse_answer
-
-
-def greedy_completions(model, tokenizer, texts: list[str], batch: int) -> list[str]:
-    """Greedy completions of already-rendered prompt `texts`, `batch` at a time, left-padded."""
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    outputs = []
-    try:
-        for start in range(0, len(texts), batch):
-            inputs = tokenizer(texts[start : start + batch], return_tensors="pt", padding=True)
-            with torch.inference_mode():
-                ids = model.generate(
-                    **inputs, max_new_tokens=MAIN_JOB["max_completion_length"], do_sample=False,
-                    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                )  # fmt: skip
-            outputs += tokenizer.batch_decode(
-                ids[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True
-            )
-    finally:
-        tokenizer.padding_side = side
-    return outputs
+from grpo_hub.tasks.arithmetic import chat_prompt, generate_texts, parse_answer
 
 
 def level_report(model, tokenizer, problems: list, batch: int) -> dict:
@@ -56,8 +36,9 @@ def level_report(model, tokenizer, problems: list, batch: int) -> dict:
     hinted, first_wrong = [], {}
     for k in range(level):
         hints = [hint_text(p.solution.split(","), k, ",") for p in problems]
-        completions = greedy_completions(
-            model, tokenizer, [c + h for c, h in zip(chat, hints, strict=True)], batch
+        prompts = [c + h for c, h in zip(chat, hints, strict=True)]  # the hint starts the assistant's answer
+        completions = generate_texts(
+            model, tokenizer, prompts, MAIN_JOB["max_completion_length"], batch, do_sample=False
         )
         answers = [
             h + c for h, c in zip(hints, completions, strict=True)

@@ -33,7 +33,7 @@ import torch
 from grpo_hub.algos.pass_at_k import both_outcomes_in_group, pass_at_k
 from grpo_hub.config.config_files import read_config
 from grpo_hub.tasks import chain
-from grpo_hub.tasks.arithmetic import chat_prompt
+from grpo_hub.tasks.arithmetic import chat_prompt, generate_texts
 
 KS = (1, 8, 16, 32, 64)
 BUDGETS = (2, 4, 8, 16, 32, 64)
@@ -66,33 +66,14 @@ def right_counts(
         tokenizer.apply_chat_template(chat_prompt(p.question), tokenize=False, add_generation_prompt=True)
         for p in problems
     ]
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
     torch.manual_seed(seed)
-    counts = []
-    try:
-        for start in range(0, len(problems), batch):
-            inputs = tokenizer(texts[start : start + batch], return_tensors="pt", padding=True)
-            with torch.inference_mode():
-                ids = model.generate(
-                    **inputs,
-                    max_new_tokens=MAIN_JOB["max_completion_length"],
-                    do_sample=True,
-                    temperature=MAIN_JOB["temperature"],
-                    top_k=top_k,
-                    top_p=1.0,
-                    num_return_sequences=samples,
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                )
-            completions = tokenizer.batch_decode(
-                ids[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True
-            )
-            answers = [p.answer for p in problems[start : start + batch] for _ in range(samples)]
-            rewards = chain.chain_correctness_reward(None, completions, answers)
-            counts += [int(sum(rewards[i : i + samples])) for i in range(0, len(rewards), samples)]
-    finally:
-        tokenizer.padding_side = side
-    return counts
+    completions = generate_texts(
+        model, tokenizer, texts, MAIN_JOB["max_completion_length"], batch, do_sample=True,
+        temperature=MAIN_JOB["temperature"], top_k=top_k, top_p=1.0, num_return_sequences=samples,
+    )  # fmt: skip
+    answers = [p.answer for p in problems for _ in range(samples)]
+    rewards = chain.chain_correctness_reward(None, completions, answers)
+    return [int(sum(rewards[i : i + samples])) for i in range(0, len(rewards), samples)]
 
 
 def half_budget(n: int, counts: list[int]) -> int | None:

@@ -189,28 +189,34 @@ def generate_answers(
     temperature=1.0,
 ) -> list[str]:
     """Completions of every question (as a chat prompt): greedy when k == 0, else k samples each (question-major)."""
-    import torch
-
     texts = [
         tokenizer.apply_chat_template(chat_prompt(question), tokenize=False, add_generation_prompt=True)
         for question in questions
     ]
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
     options = {"do_sample": False} if k == 0 else {"do_sample": True, "temperature": temperature}
+    return generate_texts(
+        model, tokenizer, texts, max_new_tokens, batch_size, num_return_sequences=max(k, 1), **options
+    )
+
+
+def generate_texts(
+    model, tokenizer, texts: Sequence[str], max_new_tokens: int, batch_size: int, **options
+) -> list[str]:
+    """The decoded completions of already-rendered prompt `texts`, `batch_size` prompts per left-padded `generate`
+    (`options`: generate's sampling options, e.g. do_sample, temperature, num_return_sequences)."""
+    import torch
+
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
     outputs = []
     try:
         for start in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True)
+            batch = tokenizer(list(texts[start : start + batch_size]), return_tensors="pt", padding=True)
             batch = batch.to(model.device)
             with torch.inference_mode():
                 ids = model.generate(
-                    **batch,
-                    max_new_tokens=max_new_tokens,
-                    num_return_sequences=max(k, 1),
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                    **options,
-                )
+                    **batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id, **options,
+                )  # fmt: skip
             outputs += tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     finally:
         tokenizer.padding_side = side
