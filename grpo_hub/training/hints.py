@@ -79,12 +79,15 @@ class HintedRollouts:
         for row in inputs:
             steps = self.steps(row)
             length = min(self.lengths.get(self.key(row), 0), hint_ceiling(len(steps), progress, self.end))
-            hint = hint_text(steps, length, self.separator)
-            if hint and len(self.encode(hint)) >= self.max_hint_tokens:
-                field_error("hint_column", f"the hint {hint!r} is {len(self.encode(hint))} tokens, which leaves no room "
-                            f"for an answer within max_completion_length={self.max_hint_tokens}.",
+            rows.append(with_hint(row, hint_text(steps, length, self.separator)))
+        for hint in {row[HINT_COLUMN] for row in rows} - {
+            ""
+        }:  # a prompt's rows share one hint: each checked once
+            tokens = len(self.encode(hint))
+            if tokens >= self.max_hint_tokens:
+                field_error("hint_column", f"the hint {hint!r} is {tokens} tokens, which leaves no room for an "
+                            f"answer within max_completion_length={self.max_hint_tokens}.",
                             "raise max_completion_length, or split solutions into shorter steps.")  # fmt: skip
-            rows.append(with_hint(row, hint))
         return rows
 
     def at_step(self, state) -> functools.partial:
@@ -118,9 +121,7 @@ class HintedRollouts:
         """Update each state's length from the weighted `rewards` of all ranks' rows (gathered, in rank order): a
         completion is right when its reward reaches the threshold (`algos.rollout_budget.group_outcomes`, the rule
         rollout budgets count solved completions by); log the step."""
-        rows = self.gather_objects(
-            [(self.key(row), self.hint_length(row), len(self.steps(row))) for row in inputs]
-        )
+        rows = self.gather_objects([(self.key(row), *self.hint_length(row)) for row in inputs])
         # per row: (right, scored)
         outcomes = group_outcomes(rewards.tolist(), [1] * len(rows), self.threshold)
         by_key: dict = {}  # key -> [right, scored, longest hint used, longest hint possible, hint shares]
@@ -130,7 +131,7 @@ class HintedRollouts:
             entry[2], entry[3] = max(entry[2], used), max(entry[3], longest_hint(steps))
             entry[4].append(used / steps)
         for key, (right, scored, used, most, _) in by_key.items():
-            if used != self.lengths.get(key, 0):  # the run's ceiling cut the hint: a new window
+            if used != self.lengths.get(key, 0):  # cut by the run's ceiling or the solutions: a new window
                 self.counts[key] = [0, 0]
             seen = self.counts.get(key, [0, 0])
             length, *counts = windowed_hint_length(
@@ -139,12 +140,12 @@ class HintedRollouts:
             self.lengths[key], self.counts[key] = length, counts
         self._log(rows, outcomes, by_key)
 
-    def hint_length(self, row: dict) -> int:
-        """How many steps of `row`'s solution its hint holds."""
+    def hint_length(self, row: dict) -> tuple[int, int]:
+        """(how many steps of `row`'s solution its hint holds, how many steps the solution has)."""
         steps = self.steps(row)
         for length in range(longest_hint(len(steps)) + 1):
             if hint_text(steps, length, self.separator) == row[HINT_COLUMN]:
-                return length
+                return length, len(steps)
         raise ValueError(
             f"`hint_column`: the row's hint {row[HINT_COLUMN]!r} is not a prefix of its solution"
         )
